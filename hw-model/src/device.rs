@@ -1,0 +1,552 @@
+//! The device: BAR decode, control registers, DMA gate, event loop.
+//!
+//! A backend (the in-process embedded backend, the vfio-user server) owns a [`Device`]
+//! and drives it with configuration-space and BAR accesses and with
+//! [`Device::advance_to`], which runs every event due by a virtual instant. Nothing inside
+//! runs by itself: no threads, no wall clock.
+
+use std::sync::Arc;
+
+use rnic_firmware_if::doorbell::{DB_OFFSET, EQ_DB_OFFSET};
+use rnic_firmware_if::regs;
+
+use crate::config::DeviceConfig;
+use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
+use crate::eq::EventQueues;
+use crate::firmware::{CommandQueue, Firmware};
+use crate::firmware::Rejection;
+use crate::hem::ContextTable;
+use rnic_firmware_if::bits::Layout;
+use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
+use crate::interrupt::InterruptSink;
+use crate::memory::{AccessKind, HostMemory, MemoryError};
+use crate::pci::{BarDescriptor, ConfigSpace, MsixTable};
+use crate::time::{Picoseconds, Scheduler};
+
+/// Something the device will do at a virtual instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Event {
+    /// Process the command queue up to the producer index.
+    CommandQueue,
+    /// Complete the mailbox command at the head of the mailbox queue.
+    MailboxComplete,
+    /// A function reset finishes.
+    ResetDone,
+    /// An EQ's coalescing period expired: raise its interrupt if entries are pending.
+    EqCoalesceTimer {
+        /// EQ number.
+        eqn: u32,
+        /// Generation of the timer, to ignore timers superseded by an earlier interrupt.
+        generation: u64,
+    },
+}
+
+/// Counters a test or a user can read to see what the device did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Commands executed from the command queue.
+    pub commands: u64,
+    /// Mailbox commands completed (any status).
+    pub mailbox_commands: u64,
+    /// Doorbells accepted.
+    pub doorbells: u64,
+    /// Doorbells dropped (bad page, unknown object, wrong state).
+    pub doorbells_dropped: u64,
+    /// CQEs written.
+    pub cqes: u64,
+    /// EQEs written.
+    pub eqes: u64,
+    /// MSI-X messages delivered or left pending.
+    pub interrupts: u64,
+    /// DMA accesses that failed.
+    pub dma_errors: u64,
+}
+
+/// Control registers of BAR0 that are not part of a sub-engine.
+#[derive(Debug, Default)]
+pub(crate) struct ControlRegisters {
+    pub abnormal_config: u32,
+    pub abnormal_status: u32,
+    pub abnormal_enable: u32,
+    pub event_enable: Vec<bool>,
+    pub resetting: bool,
+    pub fatal: bool,
+}
+
+/// The context tables kept in host memory (HEM).
+#[derive(Debug)]
+pub(crate) struct ContextTables {
+    pub qpc: ContextTable,
+    pub mpt: ContextTable,
+    pub cqc: ContextTable,
+    pub srqc: ContextTable,
+}
+
+/// One rnic device (one PCI function).
+pub struct Device {
+    pub(crate) config: DeviceConfig,
+    pub(crate) scheduler: Scheduler<Event>,
+    pub(crate) memory: Arc<dyn HostMemory>,
+    pub(crate) interrupts: Box<dyn InterruptSink>,
+    pub(crate) config_space: ConfigSpace,
+    pub(crate) msix: MsixTable,
+    pub(crate) registers: ControlRegisters,
+    pub(crate) cmdq: CommandQueue,
+    pub(crate) firmware: Firmware,
+    pub(crate) tables: ContextTables,
+    pub(crate) eqs: EventQueues,
+    /// Low halves of 64-bit doorbells written as two 32-bit stores, per page and register.
+    pub(crate) doorbell_latch: Vec<[Option<u32>; 2]>,
+    pub(crate) diagnostics: DiagnosticLog,
+    pub(crate) counters: Counters,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("now", &self.scheduler.now())
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Device {
+    /// A device in its power-on state, DMA-ing into `memory` and signalling `interrupts`.
+    pub fn new(config: DeviceConfig, memory: Arc<dyn HostMemory>, interrupts: Box<dyn InterruptSink>) -> Self {
+        let vectors = crate::config::msix_vector_count(&config.caps);
+        let bars = [
+            BarDescriptor { index: regs::CONTROL_BAR, size: regs::BAR0_SIZE },
+            BarDescriptor {
+                index: regs::DOORBELL_BAR,
+                size: (config.doorbell_pages.max(1) as u64 * regs::DOORBELL_PAGE_SIZE).next_power_of_two(),
+            },
+            BarDescriptor { index: regs::MSIX_BAR, size: regs::MSIX_BAR_SIZE },
+        ];
+        let config_space = ConfigSpace::new(config.identity, &bars, vectors);
+        let tables = Self::context_tables_for(&config);
+        let eqs = EventQueues::new(&config.caps);
+        let pages = config.doorbell_pages.max(1) as usize;
+        Self {
+            scheduler: Scheduler::new(),
+            memory,
+            interrupts,
+            config_space,
+            msix: MsixTable::new(vectors),
+            registers: ControlRegisters {
+                event_enable: vec![false; regs::MAX_EVENT_INT_ENABLES as usize],
+                ..Default::default()
+            },
+            cmdq: CommandQueue::default(),
+            firmware: Firmware::new(&config),
+            tables,
+            eqs,
+            doorbell_latch: vec![[None; 2]; pages],
+            diagnostics: DiagnosticLog::default(),
+            counters: Counters::default(),
+            config,
+        }
+    }
+
+    pub(crate) fn context_tables_for(config: &DeviceConfig) -> ContextTables {
+        use rnic_firmware_if::context::{CQC_SIZE, MPT_SIZE, QPC_SIZE, SRQC_SIZE};
+        let caps = &config.caps;
+        let slots = &config.bt_slots;
+        ContextTables {
+            qpc: ContextTable::new("QPC", QPC_SIZE as u64, caps.num_qps, slots.qpc as usize),
+            mpt: ContextTable::new("MPT", MPT_SIZE as u64, caps.num_mtpts, slots.mpt as usize),
+            cqc: ContextTable::new("CQC", CQC_SIZE as u64, caps.num_cqs, slots.cqc as usize),
+            srqc: ContextTable::new("SRQC", SRQC_SIZE as u64, caps.num_srqs, slots.srqc as usize),
+        }
+    }
+
+    /// The configuration this device was built with.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.config
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Picoseconds {
+        self.scheduler.now()
+    }
+
+    /// Time of the next pending event, if any.
+    pub fn next_event_time(&self) -> Option<Picoseconds> {
+        self.scheduler.next_event_time()
+    }
+
+    /// Runs every event due at or before `t`, then moves virtual time to `t`.
+    pub fn advance_to(&mut self, t: Picoseconds) {
+        while let Some(event) = self.scheduler.pop_due(t) {
+            self.run_event(event);
+        }
+        self.scheduler.advance_to(t);
+    }
+
+    /// Runs events until none is pending or virtual time would pass `limit`; returns the
+    /// time reached.
+    pub fn run_until_idle(&mut self, limit: Picoseconds) -> Picoseconds {
+        while let Some(next) = self.scheduler.next_event_time() {
+            if next > limit {
+                break;
+            }
+            self.advance_to(next);
+        }
+        self.now()
+    }
+
+    fn run_event(&mut self, event: Event) {
+        match event {
+            Event::CommandQueue => self.process_command_queue(),
+            Event::MailboxComplete => self.complete_mailbox(),
+            Event::ResetDone => {
+                self.registers.resetting = false;
+            }
+            Event::EqCoalesceTimer { eqn, generation } => self.eq_coalesce_timer(eqn, generation),
+        }
+    }
+
+    /// Counters since power-on.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The diagnostic log.
+    pub fn diagnostics(&self) -> &DiagnosticLog {
+        &self.diagnostics
+    }
+
+    /// Takes the kept diagnostics out of the log.
+    pub fn take_diagnostics(&mut self) -> Vec<Diagnostic> {
+        self.diagnostics.drain()
+    }
+
+    /// Number of valid objects per context table (QP, MPT, CQ, SRQ), read from host
+    /// memory; used by leak tests and `query` tools.
+    pub fn context_table_slots_in_use(&self) -> [usize; 4] {
+        [
+            self.tables.qpc.valid_l0_slots(),
+            self.tables.mpt.valid_l0_slots(),
+            self.tables.cqc.valid_l0_slots(),
+            self.tables.srqc.valid_l0_slots(),
+        ]
+    }
+
+    pub(crate) fn diagnose(&mut self, source: Source, object: impl Into<String>, field: &'static str, value: u64, expected: impl Into<String>) {
+        self.diagnostics.record(Diagnostic {
+            time_ps: self.scheduler.now().0,
+            source,
+            object: object.into(),
+            field,
+            value,
+            expected: expected.into(),
+        });
+    }
+
+    // ---- DMA gate -------------------------------------------------------------------
+
+    /// DMA read, refused unless bus mastering is enabled.
+    pub(crate) fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        let result = if self.config_space.bus_master_enabled() {
+            self.memory.read(address, buffer)
+        } else {
+            Err(MemoryError::Permission { kind: AccessKind::Read, address })
+        };
+        if result.is_err() {
+            self.counters.dma_errors += 1;
+        }
+        result
+    }
+
+    /// DMA write, refused unless bus mastering is enabled.
+    pub(crate) fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        let result = if self.config_space.bus_master_enabled() {
+            self.memory.write(address, data)
+        } else {
+            Err(MemoryError::Permission { kind: AccessKind::Write, address })
+        };
+        if result.is_err() {
+            self.counters.dma_errors += 1;
+        }
+        result
+    }
+
+    /// Host memory as seen by DMA, when bus mastering is on.
+    pub(crate) fn dma_memory(&self) -> Option<&dyn HostMemory> {
+        self.config_space.bus_master_enabled().then_some(&*self.memory as &dyn HostMemory)
+    }
+
+    // ---- interrupts -----------------------------------------------------------------
+
+    /// Signals MSI-X `vector` (pending if masked).
+    pub(crate) fn signal_vector(&mut self, vector: u16) {
+        self.counters.interrupts += 1;
+        let enabled = self.config_space.msix_enabled();
+        let masked = self.config_space.msix_function_masked();
+        self.msix.signal(vector, enabled, masked, &mut *self.interrupts);
+    }
+
+    /// Sets abnormal status bits and raises the abnormal vector if enabled.
+    pub(crate) fn raise_abnormal(&mut self, bits: u32) {
+        self.registers.abnormal_status |= bits;
+        if self.registers.abnormal_config & 1 != 0 && self.registers.abnormal_enable & bits != 0 {
+            self.signal_vector(regs::ABNORMAL_VECTOR);
+        }
+    }
+
+    // ---- configuration space --------------------------------------------------------
+
+    /// Reads configuration space.
+    pub fn config_read(&mut self, offset: usize, data: &mut [u8]) {
+        self.config_space.read(offset, data);
+    }
+
+    /// Writes configuration space.
+    pub fn config_write(&mut self, offset: usize, data: &[u8]) {
+        let was_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
+        self.config_space.write(offset, data);
+        let now_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
+        if was_masked && !now_masked {
+            self.msix.function_unmasked(&mut *self.interrupts);
+        }
+    }
+
+    // ---- BARs -----------------------------------------------------------------------
+
+    /// Reads `data.len()` bytes from `bar` at `offset`. Unmapped or disabled regions read
+    /// as all ones, as an unsupported PCI request would.
+    pub fn bar_read(&mut self, bar: u8, offset: u64, data: &mut [u8]) {
+        data.fill(0xFF);
+        if !self.config_space.memory_enabled() {
+            return;
+        }
+        match bar {
+            regs::CONTROL_BAR => self.control_read(offset, data),
+            regs::DOORBELL_BAR => data.fill(0),
+            regs::MSIX_BAR => self.msix.read(offset, data),
+            _ => {}
+        }
+    }
+
+    /// Writes `data` to `bar` at `offset`.
+    pub fn bar_write(&mut self, bar: u8, offset: u64, data: &[u8]) {
+        if !self.config_space.memory_enabled() {
+            self.diagnose(Source::Pci, format!("BAR{bar}"), "COMMAND.MEMORY_SPACE", 0, "memory decoding enabled before BAR writes");
+            return;
+        }
+        match bar {
+            regs::CONTROL_BAR => self.control_write(offset, data),
+            regs::DOORBELL_BAR => self.doorbell_page_write(offset, data),
+            regs::MSIX_BAR => {
+                let enabled = self.config_space.msix_enabled();
+                let masked = self.config_space.msix_function_masked();
+                self.msix.write(offset, data, enabled, masked, &mut *self.interrupts);
+            }
+            _ => self.diagnose(Source::Pci, format!("BAR{bar}"), "BAR index", bar as u64, "BAR 0, 2 or 4"),
+        }
+    }
+
+    fn control_read(&mut self, offset: u64, data: &mut [u8]) {
+        match data.len() {
+            4 => {
+                let v = self.control_read32(offset);
+                data.copy_from_slice(&v.to_le_bytes());
+            }
+            8 => {
+                let low = self.control_read32(offset);
+                let high = self.control_read32(offset + 4);
+                data.copy_from_slice(&((high as u64) << 32 | low as u64).to_le_bytes());
+            }
+            n => self.diagnose(Source::Register, format!("BAR0+{offset:#x}"), "access size", n as u64, "4- or 8-byte register reads"),
+        }
+    }
+
+    fn control_write(&mut self, offset: u64, data: &[u8]) {
+        match data.len() {
+            4 => {
+                let v = u32::from_le_bytes(data.try_into().expect("length checked"));
+                self.control_write32(offset, v);
+            }
+            8 => {
+                let v = u64::from_le_bytes(data.try_into().expect("length checked"));
+                self.control_write32(offset, v as u32);
+                self.control_write32(offset + 4, (v >> 32) as u32);
+            }
+            n => self.diagnose(Source::Register, format!("BAR0+{offset:#x}"), "access size", n as u64, "4- or 8-byte register writes"),
+        }
+    }
+
+    fn control_read32(&mut self, offset: u64) -> u32 {
+        match offset {
+            regs::ID => regs::ID_MAGIC,
+            regs::VERSION => regs::INTERFACE_VERSION,
+            regs::FUNCTION_RESET => self.registers.resetting as u32,
+            regs::FUNCTION_STATUS => {
+                let mut status = 0;
+                if !self.registers.resetting {
+                    status |= regs::STATUS_READY;
+                }
+                if self.registers.fatal {
+                    status |= regs::STATUS_FATAL;
+                }
+                status
+            }
+            regs::CSQ_BASE_LOW => self.cmdq.base as u32,
+            regs::CSQ_BASE_HIGH => (self.cmdq.base >> 32) as u32,
+            regs::CSQ_DEPTH => self.cmdq.depth_register,
+            regs::CSQ_PRODUCER_INDEX => self.cmdq.producer_index,
+            regs::CSQ_CONSUMER_INDEX => self.cmdq.consumer_index,
+            regs::ABNORMAL_INT_CONFIG => self.registers.abnormal_config,
+            regs::ABNORMAL_INT_STATUS => self.registers.abnormal_status,
+            regs::ABNORMAL_INT_ENABLE => self.registers.abnormal_enable,
+            o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32)).contains(&o) && o % 4 == 0 => {
+                let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as usize;
+                self.registers.event_enable[eqn] as u32
+            }
+            _ => 0,
+        }
+    }
+
+    fn control_write32(&mut self, offset: u64, value: u32) {
+        if self.registers.resetting && offset != regs::FUNCTION_RESET {
+            self.diagnose(Source::Register, format!("BAR0+{offset:#x}"), "FUNCTION_RESET", 1, "no register writes while a reset is in progress");
+            return;
+        }
+        match offset {
+            regs::FUNCTION_RESET => {
+                if value & 1 != 0 {
+                    self.function_reset();
+                }
+            }
+            regs::CSQ_BASE_LOW | regs::CSQ_BASE_HIGH | regs::CSQ_DEPTH | regs::CSQ_PRODUCER_INDEX | regs::CSQ_CONSUMER_INDEX => {
+                self.command_queue_register_write(offset, value)
+            }
+            regs::ABNORMAL_INT_CONFIG => self.registers.abnormal_config = value,
+            regs::ABNORMAL_INT_STATUS => self.registers.abnormal_status &= !value,
+            regs::ABNORMAL_INT_ENABLE => self.registers.abnormal_enable = value,
+            o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32)).contains(&o) && o % 4 == 0 => {
+                let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
+                self.registers.event_enable[eqn as usize] = value & 1 != 0;
+                if value & 1 != 0 {
+                    self.eq_interrupt_enabled(eqn);
+                }
+            }
+            o => {
+                let known = regs::REGISTERS.iter().find(|r| r.offset == o);
+                match known {
+                    Some(r) => self.diagnose(Source::Register, r.name, "write", value as u64, "no writes: the register is read-only"),
+                    None => self.diagnose(Source::Register, format!("BAR0+{o:#x}"), "offset", o, "a register listed in docs/register-map.md"),
+                }
+            }
+        }
+    }
+
+    /// Resets the function: forgets every queue, table address, context cache and
+    /// pending event; keeps configuration space and the MSI-X table.
+    fn function_reset(&mut self) {
+        tracing::info!(target: "rnic::device", "function reset");
+        self.scheduler.clear();
+        self.cmdq = CommandQueue::default();
+        self.firmware = Firmware::new(&self.config);
+        self.tables = Self::context_tables_for(&self.config);
+        self.eqs = EventQueues::new(&self.config.caps);
+        let event_enables = self.registers.event_enable.len();
+        self.registers = ControlRegisters { event_enable: vec![false; event_enables], resetting: true, ..Default::default() };
+        for latch in &mut self.doorbell_latch {
+            *latch = [None; 2];
+        }
+        let delay = self.config.latencies.reset;
+        self.scheduler.schedule_in(delay, Event::ResetDone);
+    }
+
+    /// Doorbell BAR write: 64-bit doorbells at [`DB_OFFSET`] of any page and EQ doorbells
+    /// at [`EQ_DB_OFFSET`] of page 0, as one 8-byte store or two 4-byte stores (low half
+    /// first; the high half commits).
+    fn doorbell_page_write(&mut self, offset: u64, data: &[u8]) {
+        let page = (offset / regs::DOORBELL_PAGE_SIZE) as usize;
+        let in_page = offset % regs::DOORBELL_PAGE_SIZE;
+        if page >= self.doorbell_latch.len() {
+            self.counters.doorbells_dropped += 1;
+            self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "page", page as u64, format!("a page below {}", self.doorbell_latch.len()));
+            return;
+        }
+        let (register, base) = match in_page {
+            o if (DB_OFFSET..DB_OFFSET + 8).contains(&o) => (0usize, DB_OFFSET),
+            o if (EQ_DB_OFFSET..EQ_DB_OFFSET + 8).contains(&o) => (1usize, EQ_DB_OFFSET),
+            o => {
+                self.counters.doorbells_dropped += 1;
+                self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "offset", o, format!("{DB_OFFSET:#x} (queue doorbell) or {EQ_DB_OFFSET:#x} (EQ doorbell)"));
+                return;
+            }
+        };
+        let word = match (in_page - base, data.len()) {
+            (0, 8) => Some(u64::from_le_bytes(data.try_into().expect("length checked"))),
+            (0, 4) => {
+                self.doorbell_latch[page][register] = Some(u32::from_le_bytes(data.try_into().expect("length checked")));
+                None
+            }
+            (4, 4) => match self.doorbell_latch[page][register].take() {
+                Some(low) => Some((u32::from_le_bytes(data.try_into().expect("length checked")) as u64) << 32 | low as u64),
+                None => {
+                    self.counters.doorbells_dropped += 1;
+                    self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "high half", 0, "the low 32 bits written first");
+                    None
+                }
+            },
+            (o, n) => {
+                self.counters.doorbells_dropped += 1;
+                self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "access", (o as u64) << 8 | n as u64, "one 8-byte store, or 4-byte stores to the low then high half");
+                None
+            }
+        };
+        let Some(word) = word else { return };
+        if register == 1 {
+            if page != 0 {
+                self.counters.doorbells_dropped += 1;
+                self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "EQ doorbell", word, "EQ doorbells on the driver's page 0 only");
+                return;
+            }
+            self.eq_doorbell(word);
+        } else {
+            self.queue_doorbell(page as u32, word);
+        }
+    }
+}
+
+// ---- context access (host memory is the truth) ---------------------------------------
+
+impl Device {
+    fn table(&self, table: ContextTableId) -> &ContextTable {
+        match table {
+            ContextTableId::Qpc => &self.tables.qpc,
+            ContextTableId::Mpt => &self.tables.mpt,
+            ContextTableId::Cqc => &self.tables.cqc,
+            ContextTableId::Srqc => &self.tables.srqc,
+        }
+    }
+
+    /// Bus address of object `index` in `table`.
+    pub(crate) fn context_address(&mut self, table: ContextTableId, index: u32) -> Result<u64, Rejection> {
+        let context_table = self.table(table);
+        if index >= context_table.object_count() {
+            return Err(Rejection::index(index as u64, context_table.object_count() as u64));
+        }
+        if !self.config_space.bus_master_enabled() {
+            return Err(Rejection::dma("context", 0, "bus mastering is disabled"));
+        }
+        let result = self.table(table).locate(&*self.memory, index);
+        result.map_err(|e| Rejection::no_table("context table", index as u64, e))
+    }
+
+    /// Reads object `index`'s context from host memory; returns it and its bus address.
+    pub(crate) fn read_context<L: Layout>(&mut self, table: ContextTableId, index: u32) -> Result<(L, u64), Rejection> {
+        let address = self.context_address(table, index)?;
+        let mut context = L::zeroed();
+        self.dma_read(address, context.bytes_mut()).map_err(|e| Rejection::dma("context", address, e))?;
+        Ok((context, address))
+    }
+
+    /// Writes a context back to host memory.
+    pub(crate) fn write_context<L: Layout>(&mut self, address: u64, context: &L) -> Result<(), Rejection> {
+        self.dma_write(address, context.bytes()).map_err(|e| Rejection::dma("context", address, e))
+    }
+}

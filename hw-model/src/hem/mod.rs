@@ -1,0 +1,623 @@
+//! Context tables in host memory (hns "HEM", §4): where the device finds the QPC, MPT,
+//! CQC, SRQC, SCCC … entry of an object.
+//!
+//! Each table is an array of fixed-size objects stored in buffer chunks of
+//! `1 << buffer_page_shift` bytes, reached through `hop` levels of base-address-table
+//! (BT) pages of `1 << ba_page_shift` bytes (addressing attributes set by `CFG_BT_ATTR`).
+//! The device keeps one register per L0 slot (the table's `bt_num` slots); everything
+//! below lives in host memory. For object `i`, with `chunk_objects = chunk / object_size`,
+//! chunk `t = i / chunk_objects` and `n = BT page / 8` entries per BT page:
+//!
+//! * hop 0: L0 slot `t` holds the buffer chunk address;
+//! * hop 1: slot `t / n` holds an L0 BT page whose entry `t % n` is the chunk;
+//! * hop 2: slot `t / n²` → L0 BT page entry `(t / n) % n` → L1 BT page entry `t % n`;
+//! * hop 3 (an rnic extension): slot `t / n³`, entries `(t / n²) % n`, `(t / n) % n`,
+//!   `t % n`.
+//!
+//! The object's context is at `chunk + (i % chunk_objects) × object_size`.
+//!
+//! **Host memory is the truth**: the device walks the host BT pages from the L0 slot on
+//! every lookup. `WRITE_<T>_BT0` (level 0) stores the L0 slot of the object named by the
+//! tag; `WRITE_<T>_BT1/BT2` (levels ≥ 1) are validated (index in range, level ≤ hop,
+//! address non-zero and aligned) but not needed, because the driver also writes the same
+//! addresses into the host BT pages. Unlike hns, an L0 index beyond the slot count is
+//! rejected rather than reduced modulo the slot count, so a mis-sized table shows up as an
+//! error instead of silently aliasing another object.
+//!
+//! Alignment: BT page and buffer chunk addresses must be 4 KiB aligned (the hardware
+//! page); BT entries are 8-byte little-endian full byte addresses, zero meaning empty.
+
+use rnic_firmware_if::mtr::{BT_ENTRY_SIZE, MAX_HOP, MIN_PAGE_SHIFT};
+
+use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
+
+#[cfg(test)]
+mod tests;
+
+/// Largest BT page shift accepted for context tables.
+pub const MAX_BT_PAGE_SHIFT: u32 = 21;
+/// Largest buffer chunk shift accepted for context tables.
+pub const MAX_BUFFER_PAGE_SHIFT: u32 = 30;
+/// Required alignment of BT page and buffer chunk addresses.
+pub const HEM_ADDRESS_ALIGNMENT: u64 = 1 << MIN_PAGE_SHIFT;
+
+/// Addressing attributes of a context table, set by `CFG_BT_ATTR`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextTableAttributes {
+    /// BT page shift (BT page = `1 << ba_page_shift` bytes), 12..=21.
+    pub ba_page_shift: u32,
+    /// Buffer chunk shift (chunk = `1 << buffer_page_shift` bytes), 12..=30.
+    pub buffer_page_shift: u32,
+    /// Levels of BT pages below the L0 slot, 0..=3 (3 is an rnic extension).
+    pub hop: u8,
+}
+
+impl ContextTableAttributes {
+    /// BT entries per BT page.
+    pub fn entries_per_bt_page(&self) -> u64 {
+        (1u64 << self.ba_page_shift.min(63)) / BT_ENTRY_SIZE
+    }
+
+    /// Buffer chunk size in bytes.
+    pub fn chunk_size(&self) -> u64 {
+        1u64 << self.buffer_page_shift.min(63)
+    }
+}
+
+/// What a BT entry or slot should have held (for diagnostics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HemTarget {
+    /// A BT page of this level (0 = the page the L0 slot points to).
+    BtPage {
+        /// Its level.
+        level: u8,
+    },
+    /// The buffer chunk holding the object.
+    Chunk {
+        /// Chunk index `t` in the table.
+        chunk: u64,
+    },
+}
+
+impl std::fmt::Display for HemTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HemTarget::BtPage { level } => write!(f, "the level-{level} BT page"),
+            HemTarget::Chunk { chunk } => write!(f, "buffer chunk {chunk}"),
+        }
+    }
+}
+
+/// Why a context-table operation failed. Every variant names the table.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HemError {
+    /// No `CFG_BT_ATTR` yet.
+    #[error("{table}: no addressing attributes yet (CFG_BT_ATTR was not issued for this table)")]
+    NoAttributes {
+        /// Table name.
+        table: &'static str,
+    },
+    /// BT page shift outside 12..=21.
+    #[error("{table}: BT page shift {shift} is out of range: expected 12..=21")]
+    BtPageShift {
+        /// Table name.
+        table: &'static str,
+        /// The rejected shift.
+        shift: u32,
+    },
+    /// Buffer chunk shift outside 12..=30.
+    #[error("{table}: buffer page shift {shift} is out of range: expected 12..=30")]
+    BufferPageShift {
+        /// Table name.
+        table: &'static str,
+        /// The rejected shift.
+        shift: u32,
+    },
+    /// Hop number above 3.
+    #[error("{table}: hop number {hop} is out of range: expected 0..=3")]
+    Hop {
+        /// Table name.
+        table: &'static str,
+        /// The rejected hop number.
+        hop: u8,
+    },
+    /// One object does not fit in a buffer chunk.
+    #[error("{table}: a {object_size}-byte object does not fit in a {chunk_size}-byte buffer chunk")]
+    ObjectLargerThanChunk {
+        /// Table name.
+        table: &'static str,
+        /// Object size in bytes.
+        object_size: u64,
+        /// Chunk size in bytes.
+        chunk_size: u64,
+    },
+    /// New attributes while base addresses are installed.
+    #[error(
+        "{table}: cannot change addressing attributes while {valid_slots} L0 slots hold base \
+         addresses (destroy them or reset the function first)"
+    )]
+    AttributesInUse {
+        /// Table name.
+        table: &'static str,
+        /// Number of valid L0 slots.
+        valid_slots: usize,
+    },
+    /// Object index beyond the table.
+    #[error("{table}: object index {index} is out of range: the table has {count} objects")]
+    IndexOutOfRange {
+        /// Table name.
+        table: &'static str,
+        /// The rejected index.
+        index: u32,
+        /// Objects in the table.
+        count: u32,
+    },
+    /// The object's L0 index is beyond the slot count.
+    #[error(
+        "{table}: object {index} needs L0 slot {slot} but the table has only {slots} L0 slots \
+         (the table is larger than its hop/page-size attributes can address)"
+    )]
+    L0OutOfRange {
+        /// Table name.
+        table: &'static str,
+        /// Object index.
+        index: u32,
+        /// Computed L0 index.
+        slot: u64,
+        /// Number of L0 slots.
+        slots: usize,
+    },
+    /// A base-address level beyond the table's hop number.
+    #[error("{table}: base-address level {level} does not exist with hop number {hop} (levels 0..={hop})")]
+    LevelOutOfRange {
+        /// Table name.
+        table: &'static str,
+        /// The rejected level.
+        level: u8,
+        /// The table's hop number.
+        hop: u8,
+    },
+    /// The object's L0 slot is empty.
+    #[error("{table}: no base address for object {index}: L0 slot {slot} is empty")]
+    SlotEmpty {
+        /// Table name.
+        table: &'static str,
+        /// Object index.
+        index: u32,
+        /// The empty slot.
+        slot: u64,
+    },
+    /// A base address of 0 was written.
+    #[error(
+        "{table}: object {index}: level-{level} base address 0 is not a valid address (use \
+         DESTROY_BT to clear a slot)"
+    )]
+    NullAddress {
+        /// Table name.
+        table: &'static str,
+        /// Object index.
+        index: u32,
+        /// Level written.
+        level: u8,
+    },
+    /// A base address written by mailbox is misaligned.
+    #[error("{table}: object {index}: level-{level} base address {address:#x} is not aligned to {alignment} bytes")]
+    MisalignedAddress {
+        /// Table name.
+        table: &'static str,
+        /// Object index.
+        index: u32,
+        /// Level written.
+        level: u8,
+        /// The rejected address.
+        address: u64,
+        /// Required alignment.
+        alignment: u64,
+    },
+    /// A BT entry on the walk is zero.
+    #[error(
+        "{table}: object {index}: entry {entry} of the level-{level} BT page at {bt_page:#x} \
+         (address {address:#x}) is zero: expected the address of {expected}"
+    )]
+    ZeroEntry {
+        /// Table name.
+        table: &'static str,
+        /// Object index.
+        index: u32,
+        /// Level of the BT page read.
+        level: u8,
+        /// Address of that BT page.
+        bt_page: u64,
+        /// Entry index in it.
+        entry: u64,
+        /// Bus address of the entry.
+        address: u64,
+        /// What the entry should point to.
+        expected: HemTarget,
+    },
+    /// A BT entry holds a misaligned address.
+    #[error(
+        "{table}: object {index}: entry {entry} of the level-{level} BT page at {bt_page:#x} \
+         holds {value:#x} for {expected}, which is not aligned to {alignment} bytes"
+    )]
+    MisalignedEntry {
+        /// Table name.
+        table: &'static str,
+        /// Object index.
+        index: u32,
+        /// Level of the BT page read.
+        level: u8,
+        /// Address of that BT page.
+        bt_page: u64,
+        /// Entry index in it.
+        entry: u64,
+        /// The entry's value.
+        value: u64,
+        /// Required alignment.
+        alignment: u64,
+        /// What the entry should point to.
+        expected: HemTarget,
+    },
+    /// A BT page could not be read by DMA.
+    #[error(
+        "{table}: object {index}: cannot read entry {entry} of the level-{level} BT page at \
+         {bt_page:#x}: {source}"
+    )]
+    BtUnreachable {
+        /// Table name.
+        table: &'static str,
+        /// Object index.
+        index: u32,
+        /// Level of the BT page.
+        level: u8,
+        /// Address of that BT page.
+        bt_page: u64,
+        /// Entry index in it.
+        entry: u64,
+        /// The DMA failure.
+        #[source]
+        source: MemoryError,
+    },
+}
+
+/// Where an object lives, in table coordinates (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HemLocation {
+    /// Buffer chunk index `t`.
+    pub chunk: u64,
+    /// L0 slot.
+    pub l0: u64,
+    /// `entries[k]`: entry index in the level-`k` BT page, for `k < hop` (0 otherwise).
+    pub entries: [u64; 3],
+    /// Byte offset of the object inside its chunk.
+    pub offset_in_chunk: u64,
+}
+
+/// One context table: its geometry, its `CFG_BT_ATTR` attributes and its L0 slots.
+#[derive(Debug, Clone)]
+pub struct ContextTable {
+    name: &'static str,
+    object_size: u64,
+    object_count: u32,
+    l0_slots: Vec<Option<u64>>,
+    attributes: Option<ContextTableAttributes>,
+}
+
+impl ContextTable {
+    /// A table of `object_count` objects of `object_size` bytes with `l0_slot_count` L0
+    /// slots (the table's `bt_num`), all empty, without attributes.
+    ///
+    /// # Panics
+    /// If `object_size` is 0 (a device constant, never driver input).
+    pub fn new(
+        name: &'static str,
+        object_size: u64,
+        object_count: u32,
+        l0_slot_count: usize,
+    ) -> Self {
+        assert!(object_size > 0, "{name}: object size must be non-zero");
+        Self {
+            name,
+            object_size,
+            object_count,
+            l0_slots: vec![None; l0_slot_count],
+            attributes: None,
+        }
+    }
+
+    /// Table name used in diagnostics ("QPC", "MPT", …).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Object size in bytes.
+    pub fn object_size(&self) -> u64 {
+        self.object_size
+    }
+
+    /// Number of objects.
+    pub fn object_count(&self) -> u32 {
+        self.object_count
+    }
+
+    /// Number of L0 slots.
+    pub fn l0_slot_count(&self) -> usize {
+        self.l0_slots.len()
+    }
+
+    /// The current attributes, if `CFG_BT_ATTR` was issued.
+    pub fn attributes(&self) -> Option<ContextTableAttributes> {
+        self.attributes
+    }
+
+    /// The content of L0 slot `slot` (`None` when empty or out of range).
+    pub fn l0_slot(&self, slot: usize) -> Option<u64> {
+        self.l0_slots.get(slot).copied().flatten()
+    }
+
+    /// Number of L0 slots holding a base address (for leak checks).
+    pub fn valid_l0_slots(&self) -> usize {
+        self.l0_slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Forgets every base address and the attributes (function reset).
+    pub fn reset(&mut self) {
+        self.l0_slots.fill(None);
+        self.attributes = None;
+    }
+
+    /// Sets the addressing attributes (`CFG_BT_ATTR`). Refused while L0 slots hold base
+    /// addresses, unless the attributes are unchanged.
+    pub fn set_attributes(&mut self, attributes: ContextTableAttributes) -> Result<(), HemError> {
+        let table = self.name;
+        if !(MIN_PAGE_SHIFT..=MAX_BT_PAGE_SHIFT).contains(&attributes.ba_page_shift) {
+            return Err(HemError::BtPageShift {
+                table,
+                shift: attributes.ba_page_shift,
+            });
+        }
+        if !(MIN_PAGE_SHIFT..=MAX_BUFFER_PAGE_SHIFT).contains(&attributes.buffer_page_shift) {
+            return Err(HemError::BufferPageShift {
+                table,
+                shift: attributes.buffer_page_shift,
+            });
+        }
+        if attributes.hop > MAX_HOP {
+            return Err(HemError::Hop {
+                table,
+                hop: attributes.hop,
+            });
+        }
+        if self.object_size > attributes.chunk_size() {
+            return Err(HemError::ObjectLargerThanChunk {
+                table,
+                object_size: self.object_size,
+                chunk_size: attributes.chunk_size(),
+            });
+        }
+        let valid_slots = self.valid_l0_slots();
+        if valid_slots > 0 && self.attributes != Some(attributes) {
+            return Err(HemError::AttributesInUse { table, valid_slots });
+        }
+        self.attributes = Some(attributes);
+        Ok(())
+    }
+
+    /// Where object `index` lives (pure arithmetic, no memory access). Fails when the
+    /// index is out of range, attributes are missing, or the L0 index exceeds the slots.
+    pub fn location(&self, index: u32) -> Result<HemLocation, HemError> {
+        let attributes = self.require_attributes()?;
+        self.check_index(index)?;
+        let chunk_objects = attributes.chunk_size() / self.object_size;
+        let t = u64::from(index) / chunk_objects;
+        let offset_in_chunk = (u64::from(index) % chunk_objects) * self.object_size;
+        let n = attributes.entries_per_bt_page();
+        let n2 = n * n;
+        let (l0, entries) = match attributes.hop {
+            0 => (t, [0, 0, 0]),
+            1 => (t / n, [t % n, 0, 0]),
+            2 => (t / n2, [(t / n) % n, t % n, 0]),
+            // n ≤ 2^18, so n³ ≤ 2^54 fits.
+            _ => (t / (n2 * n), [(t / n2) % n, (t / n) % n, t % n]),
+        };
+        if l0 >= self.l0_slots.len() as u64 {
+            return Err(HemError::L0OutOfRange {
+                table: self.name,
+                index,
+                slot: l0,
+                slots: self.l0_slots.len(),
+            });
+        }
+        Ok(HemLocation {
+            chunk: t,
+            l0,
+            entries,
+            offset_in_chunk,
+        })
+    }
+
+    /// `WRITE_<T>_BT<level>` with tag = `index`: level 0 stores `address` in the object's
+    /// L0 slot; levels 1..=hop are only validated (the device reads them from the host BT
+    /// pages). The address must be non-zero and 4 KiB aligned.
+    pub fn write_base_address(
+        &mut self,
+        index: u32,
+        level: u8,
+        address: u64,
+    ) -> Result<(), HemError> {
+        let location = self.check_level(index, level)?;
+        let table = self.name;
+        if address == 0 {
+            return Err(HemError::NullAddress {
+                table,
+                index,
+                level,
+            });
+        }
+        if address % HEM_ADDRESS_ALIGNMENT != 0 {
+            return Err(HemError::MisalignedAddress {
+                table,
+                index,
+                level,
+                address,
+                alignment: HEM_ADDRESS_ALIGNMENT,
+            });
+        }
+        if level == 0 {
+            let slot = &mut self.l0_slots[location.l0 as usize];
+            if let Some(old) = *slot {
+                if old != address {
+                    tracing::warn!(
+                        table,
+                        index,
+                        slot = location.l0,
+                        old = format_args!("{old:#x}"),
+                        new = format_args!("{address:#x}"),
+                        "L0 slot overwritten without DESTROY_BT0"
+                    );
+                }
+            }
+            *slot = Some(address);
+            tracing::trace!(table, index, slot = location.l0, address, "L0 slot set");
+        } else {
+            tracing::trace!(table, index, level, address, "BT base address validated");
+        }
+        Ok(())
+    }
+
+    /// `READ_<T>_BT<level>` with tag = `index`: level 0 returns the L0 slot; level `k ≥ 1`
+    /// walks the host BT pages and returns the level-`k` address found (a BT page, or the
+    /// buffer chunk when `k = hop`).
+    pub fn read_base_address(
+        &self,
+        memory: &dyn HostMemory,
+        index: u32,
+        level: u8,
+    ) -> Result<u64, HemError> {
+        let location = self.check_level(index, level)?;
+        self.walk(memory, index, &location, level)
+    }
+
+    /// `DESTROY_<T>_BT<level>` with tag = `index`: level 0 empties the object's L0 slot
+    /// (already empty is fine); levels 1..=hop are only validated.
+    pub fn destroy_base_address(&mut self, index: u32, level: u8) -> Result<(), HemError> {
+        let location = self.check_level(index, level)?;
+        if level == 0 {
+            self.l0_slots[location.l0 as usize] = None;
+            tracing::trace!(table = self.name, index, slot = location.l0, "L0 slot cleared");
+        }
+        Ok(())
+    }
+
+    /// The bus address of object `index`'s context: walks from the L0 slot through `hop`
+    /// host BT pages to the buffer chunk and adds the object's offset in the chunk.
+    pub fn locate(&self, memory: &dyn HostMemory, index: u32) -> Result<u64, HemError> {
+        let location = self.location(index)?;
+        let hop = self.require_attributes()?.hop;
+        let chunk = self.walk(memory, index, &location, hop)?;
+        // The chunk is 4 KiB aligned and the offset is below the chunk size; a chunk at
+        // the very top of the address space would wrap, which no DMA can reach anyway.
+        Ok(chunk.wrapping_add(location.offset_in_chunk))
+    }
+
+    fn require_attributes(&self) -> Result<ContextTableAttributes, HemError> {
+        self.attributes
+            .ok_or(HemError::NoAttributes { table: self.name })
+    }
+
+    fn check_index(&self, index: u32) -> Result<(), HemError> {
+        if index >= self.object_count {
+            return Err(HemError::IndexOutOfRange {
+                table: self.name,
+                index,
+                count: self.object_count,
+            });
+        }
+        Ok(())
+    }
+
+    /// Index, attributes, L0 range and `level ≤ hop` checks shared by the BT commands.
+    fn check_level(&self, index: u32, level: u8) -> Result<HemLocation, HemError> {
+        let location = self.location(index)?;
+        let hop = self.require_attributes()?.hop;
+        if level > hop {
+            return Err(HemError::LevelOutOfRange {
+                table: self.name,
+                level,
+                hop,
+            });
+        }
+        Ok(location)
+    }
+
+    /// The level-`to_level` address of object `index`: the L0 slot, then one host BT
+    /// entry per level.
+    fn walk(
+        &self,
+        memory: &dyn HostMemory,
+        index: u32,
+        location: &HemLocation,
+        to_level: u8,
+    ) -> Result<u64, HemError> {
+        let table = self.name;
+        let hop = self.require_attributes()?.hop;
+        let mut address =
+            self.l0_slots[location.l0 as usize].ok_or(HemError::SlotEmpty {
+                table,
+                index,
+                slot: location.l0,
+            })?;
+        for level in 0..to_level {
+            let bt_page = address;
+            let entry = location.entries[usize::from(level)];
+            let unreachable = |source| HemError::BtUnreachable {
+                table,
+                index,
+                level,
+                bt_page,
+                entry,
+                source,
+            };
+            let entry_address = bt_page.checked_add(entry * BT_ENTRY_SIZE).ok_or(
+                unreachable(MemoryError::Overflow {
+                    kind: crate::memory::AccessKind::Read,
+                    address: bt_page,
+                    length: BT_ENTRY_SIZE as usize,
+                }),
+            )?;
+            let value = memory.read_u64(entry_address).map_err(unreachable)?;
+            let expected = if level + 1 == hop {
+                HemTarget::Chunk {
+                    chunk: location.chunk,
+                }
+            } else {
+                HemTarget::BtPage { level: level + 1 }
+            };
+            if value == 0 {
+                return Err(HemError::ZeroEntry {
+                    table,
+                    index,
+                    level,
+                    bt_page,
+                    entry,
+                    address: entry_address,
+                    expected,
+                });
+            }
+            if value % HEM_ADDRESS_ALIGNMENT != 0 {
+                return Err(HemError::MisalignedEntry {
+                    table,
+                    index,
+                    level,
+                    bt_page,
+                    entry,
+                    value,
+                    alignment: HEM_ADDRESS_ALIGNMENT,
+                    expected,
+                });
+            }
+            address = value;
+        }
+        Ok(address)
+    }
+}

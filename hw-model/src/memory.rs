@@ -1,0 +1,339 @@
+//! Host memory as the device sees it: DMA reads and writes at bus addresses, behind one
+//! trait in the rust-vmm `GuestMemory` manner. Every access is bounds-checked here; the
+//! rest of the model never touches host memory any other way.
+//!
+//! [`PagedMemory`] is the in-process implementation: an address space of 4 KiB frames,
+//! each mapped to a page of some backing buffer, so tests and the embedded backend can
+//! lay buffers out contiguously or scattered, as an IOMMU would.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use rnic_firmware_if::bits::Layout;
+
+/// Why a DMA access failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MemoryError {
+    /// Some byte of the access is not mapped.
+    #[error("DMA {kind} of {length} bytes at {address:#x}: address {unmapped:#x} is not mapped")]
+    Unmapped {
+        /// Read or write.
+        kind: AccessKind,
+        /// First byte of the access.
+        address: u64,
+        /// Length of the access in bytes.
+        length: usize,
+        /// First unmapped byte.
+        unmapped: u64,
+    },
+    /// The access wraps past the end of the 64-bit address space.
+    #[error("DMA {kind} of {length} bytes at {address:#x} wraps the address space")]
+    Overflow {
+        /// Read or write.
+        kind: AccessKind,
+        /// First byte of the access.
+        address: u64,
+        /// Length of the access in bytes.
+        length: usize,
+    },
+    /// The mapping does not allow this kind of access.
+    #[error("DMA {kind} at {address:#x}: mapping is not {kind}able")]
+    Permission {
+        /// Read or write.
+        kind: AccessKind,
+        /// Faulting address.
+        address: u64,
+    },
+}
+
+/// Direction of a DMA access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessKind {
+    /// Device reads host memory.
+    Read,
+    /// Device writes host memory.
+    Write,
+}
+
+impl std::fmt::Display for AccessKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AccessKind::Read => "read",
+            AccessKind::Write => "write",
+        })
+    }
+}
+
+/// Host memory reachable by DMA. Implementations use interior mutability: the driver and
+/// the device share the same memory, as they share RAM on a real machine.
+pub trait HostMemory: Send + Sync {
+    /// Reads `buffer.len()` bytes at bus address `address`.
+    fn read(&self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError>;
+    /// Writes `data` at bus address `address`.
+    fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError>;
+}
+
+/// Typed helpers over [`HostMemory`].
+pub trait HostMemoryExt: HostMemory {
+    /// Reads a little-endian u32.
+    fn read_u32(&self, address: u64) -> Result<u32, MemoryError> {
+        let mut b = [0u8; 4];
+        self.read(address, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+    /// Reads a little-endian u64.
+    fn read_u64(&self, address: u64) -> Result<u64, MemoryError> {
+        let mut b = [0u8; 8];
+        self.read(address, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    /// Writes a little-endian u32.
+    fn write_u32(&self, address: u64, value: u32) -> Result<(), MemoryError> {
+        self.write(address, &value.to_le_bytes())
+    }
+    /// Writes a little-endian u64.
+    fn write_u64(&self, address: u64, value: u64) -> Result<(), MemoryError> {
+        self.write(address, &value.to_le_bytes())
+    }
+    /// Reads a firmware-interface layout.
+    fn read_layout<L: Layout>(&self, address: u64) -> Result<L, MemoryError> {
+        let mut value = L::zeroed();
+        self.read(address, value.bytes_mut())?;
+        Ok(value)
+    }
+    /// Writes a firmware-interface layout.
+    fn write_layout<L: Layout>(&self, address: u64, value: &L) -> Result<(), MemoryError> {
+        self.write(address, value.bytes())
+    }
+}
+
+impl<T: HostMemory + ?Sized> HostMemoryExt for T {}
+
+/// Size of a frame of [`PagedMemory`].
+pub const FRAME_SIZE: u64 = 4096;
+
+/// A buffer that backs mapped frames; shared between the mapper and the memory.
+#[derive(Debug)]
+pub struct Backing {
+    bytes: RwLock<Box<[u8]>>,
+}
+
+impl Backing {
+    /// A zero-filled backing of `len` bytes (rounded up to whole frames).
+    pub fn zeroed(len: usize) -> Arc<Self> {
+        let len = (len as u64).div_ceil(FRAME_SIZE) * FRAME_SIZE;
+        Self::from_vec(vec![0u8; len as usize])
+    }
+
+    /// A backing that takes ownership of `bytes` (padded with zeroes to whole frames).
+    pub fn from_vec(mut bytes: Vec<u8>) -> Arc<Self> {
+        let len = (bytes.len() as u64).div_ceil(FRAME_SIZE).max(1) * FRAME_SIZE;
+        bytes.resize(len as usize, 0);
+        Arc::new(Self {
+            bytes: RwLock::new(bytes.into_boxed_slice()),
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// True when the backing has no bytes (never, for frames made by this module).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies bytes out at `offset`; false if out of range.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> bool {
+        let bytes = self.bytes.read().unwrap_or_else(|e| e.into_inner());
+        match offset.checked_add(out.len()).and_then(|end| bytes.get(offset..end)) {
+            Some(src) => {
+                out.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Copies bytes in at `offset`; false if out of range.
+    pub fn write_at(&self, offset: usize, data: &[u8]) -> bool {
+        let mut bytes = self.bytes.write().unwrap_or_else(|e| e.into_inner());
+        match offset.checked_add(data.len()).and_then(|end| bytes.get_mut(offset..end)) {
+            Some(dst) => {
+                dst.copy_from_slice(data);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes the bytes back out (e.g. when an application buffer is unregistered).
+    pub fn into_vec(self: Arc<Self>) -> Result<Vec<u8>, Arc<Self>> {
+        Arc::try_unwrap(self).map(|b| b.bytes.into_inner().unwrap_or_else(|e| e.into_inner()).into_vec())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Frame {
+    backing: Arc<Backing>,
+    /// Byte offset of this frame inside the backing.
+    offset: usize,
+    writable: bool,
+}
+
+/// An address space of 4 KiB frames, each mapped to one frame-sized piece of a
+/// [`Backing`]. Unmapped addresses fail with [`MemoryError::Unmapped`].
+#[derive(Debug, Default)]
+pub struct PagedMemory {
+    frames: RwLock<BTreeMap<u64, Frame>>,
+}
+
+impl PagedMemory {
+    /// An empty address space.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Maps `frame_count` frames of `backing` starting at its frame `first_frame` to the
+    /// frame-aligned bus address `address`, contiguously.
+    pub fn map_contiguous(&self, address: u64, backing: &Arc<Backing>, first_frame: usize, frame_count: usize, writable: bool) {
+        for i in 0..frame_count {
+            self.map_frame(address + i as u64 * FRAME_SIZE, backing, first_frame + i, writable);
+        }
+    }
+
+    /// Maps frame `frame` of `backing` at the frame-aligned bus address `address`.
+    pub fn map_frame(&self, address: u64, backing: &Arc<Backing>, frame: usize, writable: bool) {
+        debug_assert_eq!(address % FRAME_SIZE, 0);
+        let mut frames = self.frames.write().unwrap_or_else(|e| e.into_inner());
+        frames.insert(
+            address / FRAME_SIZE,
+            Frame { backing: backing.clone(), offset: frame * FRAME_SIZE as usize, writable },
+        );
+    }
+
+    /// Removes the mapping of the frame at `address`; returns whether one existed.
+    pub fn unmap_frame(&self, address: u64) -> bool {
+        let mut frames = self.frames.write().unwrap_or_else(|e| e.into_inner());
+        frames.remove(&(address / FRAME_SIZE)).is_some()
+    }
+
+    /// Number of mapped frames.
+    pub fn mapped_frames(&self) -> usize {
+        self.frames.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether the frame holding `address` is mapped.
+    pub fn is_mapped(&self, address: u64) -> bool {
+        self.frames.read().unwrap_or_else(|e| e.into_inner()).contains_key(&(address / FRAME_SIZE))
+    }
+
+    fn access(&self, kind: AccessKind, address: u64, length: usize, mut each: impl FnMut(&Frame, usize, std::ops::Range<usize>) -> bool) -> Result<(), MemoryError> {
+        if address.checked_add(length as u64).is_none() {
+            return Err(MemoryError::Overflow { kind, address, length });
+        }
+        let frames = self.frames.read().unwrap_or_else(|e| e.into_inner());
+        // Two passes: check every frame first, so a failing access changes nothing.
+        for pass in [false, true] {
+            let mut done = 0usize;
+            while done < length {
+                let current = address + done as u64;
+                let in_frame = (current % FRAME_SIZE) as usize;
+                let chunk = (FRAME_SIZE as usize - in_frame).min(length - done);
+                let unmapped = MemoryError::Unmapped { kind, address, length, unmapped: current };
+                let frame = frames.get(&(current / FRAME_SIZE)).ok_or(unmapped)?;
+                if kind == AccessKind::Write && !frame.writable {
+                    return Err(MemoryError::Permission { kind, address: current });
+                }
+                if pass && !each(frame, frame.offset + in_frame, done..done + chunk) {
+                    return Err(unmapped);
+                }
+                done += chunk;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl HostMemory for PagedMemory {
+    fn read(&self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        let length = buffer.len();
+        self.access(AccessKind::Read, address, length, |frame, offset, range| {
+            frame.backing.read_at(offset, &mut buffer[range])
+        })
+    }
+
+    fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.access(AccessKind::Write, address, data.len(), |frame, offset, range| {
+            frame.backing.write_at(offset, &data[range])
+        })
+    }
+}
+
+impl<T: HostMemory + ?Sized> HostMemory for Arc<T> {
+    fn read(&self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        (**self).read(address, buffer)
+    }
+    fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        (**self).write(address, data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_spanning_scattered_frames_lands_in_the_right_backing_bytes() {
+        let memory = PagedMemory::new();
+        let backing = Backing::zeroed(2 * FRAME_SIZE as usize);
+        // Frame 1 of the backing at 0x10000, frame 0 at 0x11000: a swapped layout.
+        memory.map_frame(0x10000, &backing, 1, true);
+        memory.map_frame(0x11000, &backing, 0, true);
+        memory.write(0x10FFE, &[1, 2, 3, 4]).unwrap();
+        let mut out = [0u8; 2];
+        assert!(backing.read_at(0x1FFE, &mut out));
+        assert_eq!(out, [1, 2]);
+        assert!(backing.read_at(0, &mut out));
+        assert_eq!(out, [3, 4]);
+        let mut back = [0u8; 4];
+        memory.read(0x10FFE, &mut back).unwrap();
+        assert_eq!(back, [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn unmapped_and_wrapping_accesses_fail_without_touching_memory() {
+        let memory = PagedMemory::new();
+        let backing = Backing::zeroed(FRAME_SIZE as usize);
+        memory.map_frame(0, &backing, 0, true);
+        let err = memory.write(0xFFE, &[9; 4]).unwrap_err();
+        assert_eq!(
+            err,
+            MemoryError::Unmapped { kind: AccessKind::Write, address: 0xFFE, length: 4, unmapped: 0x1000 }
+        );
+        let mut first = [0u8; 2];
+        assert!(backing.read_at(0xFFE, &mut first));
+        assert_eq!(first, [0, 0], "a failed write must not write its mapped part");
+        assert!(matches!(memory.read(u64::MAX - 1, &mut [0; 4]), Err(MemoryError::Overflow { .. })));
+    }
+
+    #[test]
+    fn read_only_frames_refuse_writes() {
+        let memory = PagedMemory::new();
+        let backing = Backing::zeroed(FRAME_SIZE as usize);
+        memory.map_frame(0x2000, &backing, 0, false);
+        assert!(memory.read_u64(0x2000).is_ok());
+        assert!(matches!(memory.write_u64(0x2000, 1), Err(MemoryError::Permission { .. })));
+    }
+
+    #[test]
+    fn unmapping_makes_the_frame_unreachable() {
+        let memory = PagedMemory::new();
+        let backing = Backing::zeroed(FRAME_SIZE as usize);
+        memory.map_contiguous(0x4000, &backing, 0, 1, true);
+        assert_eq!(memory.mapped_frames(), 1);
+        assert!(memory.unmap_frame(0x4000));
+        assert!(memory.read_u32(0x4000).is_err());
+    }
+}

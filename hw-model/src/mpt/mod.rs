@@ -1,0 +1,223 @@
+//! Memory protection table (MPT): memory regions. CREATE_MPT / DESTROY_MPT / QUERY_MPT,
+//! and the key, PD, access and bounds checks the transport applies to every access.
+//!
+//! Keys follow hns: `key = rotl32(index, 8)`, so the MPT index is `rotr32(key, 8)`
+//! masked to the table size, and the key's low byte is the variant the driver chose.
+
+use rnic_firmware_if::context::mpt::key_to_index;
+use rnic_firmware_if::context::{Mpt, MptState};
+use rnic_firmware_if::mailbox::ContextTable;
+use rnic_firmware_if::mtr::page_shift_from_field;
+
+use crate::device::Device;
+use crate::firmware::Rejection;
+use crate::mtt::{self, Mtr};
+
+bitflags::bitflags! {
+    /// Access rights an operation needs from a memory region.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct MrAccess: u8 {
+        /// Local write (the device writes into the region on behalf of the local QP).
+        const LOCAL_WRITE = 1 << 0;
+        /// Remote read.
+        const REMOTE_READ = 1 << 1;
+        /// Remote write.
+        const REMOTE_WRITE = 1 << 2;
+        /// Remote atomic.
+        const REMOTE_ATOMIC = 1 << 3;
+    }
+}
+
+/// Why a memory-region access was refused; the variants map onto the hns local access
+/// violation sub-types (§9.2) and onto NAK / CQE error codes in the transport.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MrAccessError {
+    /// No valid MPT entry for the key (hns sub-type 1, R_Key violation).
+    #[error("key {key:#x}: no valid memory region")]
+    InvalidKey {
+        /// The key.
+        key: u32,
+    },
+    /// The key's variant byte does not match the registered key (sub-type 6, key state).
+    #[error("key {key:#x}: registered key is {registered:#x}")]
+    KeyMismatch {
+        /// The key used.
+        key: u32,
+        /// The key the region was registered with.
+        registered: u32,
+    },
+    /// PD of the region differs from the QP's (sub-type 4).
+    #[error("key {key:#x}: region PD {region_pd} differs from QP PD {qp_pd}")]
+    ProtectionDomain {
+        /// The key.
+        key: u32,
+        /// The region's PD.
+        region_pd: u32,
+        /// The QP's PD.
+        qp_pd: u32,
+    },
+    /// The region does not grant the access (sub-type 5).
+    #[error("key {key:#x}: access {needed:?} not granted")]
+    Access {
+        /// The key.
+        key: u32,
+        /// What the operation needed.
+        needed: MrAccess,
+    },
+    /// The range is outside the region (sub-type 2/3).
+    #[error("key {key:#x}: range {address:#x}+{length} outside region {start:#x}+{region_length}")]
+    Bounds {
+        /// The key.
+        key: u32,
+        /// First byte accessed (IOVA).
+        address: u64,
+        /// Bytes accessed.
+        length: u64,
+        /// Region start (IOVA).
+        start: u64,
+        /// Region length.
+        region_length: u64,
+    },
+    /// The region's page table could not be walked (sub-type 7).
+    #[error("key {key:#x}: page table: {reason}")]
+    Translation {
+        /// The key.
+        key: u32,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// A checked memory-region access: how to turn IOVAs of the range into bus addresses.
+#[derive(Debug, Clone, Copy)]
+pub struct MrTranslation {
+    /// The region's page table (None for physical-address regions).
+    pub mtr: Option<Mtr>,
+    /// Byte offset of the access start inside the region's buffer (or the bus address
+    /// itself for physical-address regions).
+    pub offset: u64,
+}
+
+impl Device {
+    fn mpt_index(&self, index: u32) -> Result<(), Rejection> {
+        let count = self.config.caps.num_mtpts;
+        if index >= count {
+            return Err(Rejection::index(index as u64, count as u64));
+        }
+        Ok(())
+    }
+
+    /// The page table of a (non-physical) region.
+    fn mpt_mtr(mpt: &Mpt) -> Mtr {
+        Mtr::single(
+            mpt.pbl_base_address() << 3,
+            page_shift_from_field(mpt.pbl_ba_page_size()),
+            page_shift_from_field(mpt.pbl_buffer_page_size()),
+            mpt.pbl_size() as u64,
+            mpt.pbl_hop_number(),
+        )
+    }
+
+    /// CREATE_MPT (mailbox 0x0D).
+    pub(crate) fn create_mpt(&mut self, index: u32, mpt: Mpt) -> Result<(), Rejection> {
+        self.mpt_index(index)?;
+        let (current, address) = self.read_context::<Mpt>(ContextTable::Mpt, index)?;
+        if matches!(current.mpt_state(), Ok(MptState::Valid | MptState::Free)) {
+            return Err(Rejection::state("MPT_ST", current.mpt_state_raw() as u64, format!("MPT {index:#x} not already in use")));
+        }
+        match mpt.mpt_state() {
+            Ok(MptState::Valid | MptState::Free) => {}
+            _ => return Err(Rejection::parameter("MPT_ST", mpt.mpt_state_raw() as u64, "1 (valid) or 2 (free)")),
+        }
+        let caps = self.config.caps;
+        let mask = caps.num_mtpts.next_power_of_two() - 1;
+        if key_to_index(mpt.lkey()) & mask != index {
+            return Err(Rejection::parameter("LKEY", mpt.lkey() as u64, format!("a key whose rotr32(key, 8) is the MPT index {index:#x}")));
+        }
+        if mpt.protection_domain() >= caps.num_pds {
+            return Err(Rejection::parameter("PD", mpt.protection_domain() as u64, format!("a PD number below {}", caps.num_pds)));
+        }
+        if (mpt.remote_write_enable() || mpt.atomic_enable()) && !mpt.local_write_enable() {
+            return Err(Rejection::parameter("LW_EN", 0, "local write enabled whenever remote write or remote atomic is (IB rule)"));
+        }
+        if mpt.memory_window() {
+            return Err(Rejection::parameter("MR_MW", 1, "0 (memory region); memory windows are not supported"));
+        }
+        if !mpt.physical_address() {
+            let mtr = Self::mpt_mtr(&mpt);
+            mtr.validate().map_err(|e| Rejection::parameter("PBL_BA", mpt.pbl_base_address() << 3, e.to_string()))?;
+            let first_page_offset = if mpt.zero_based() { 0 } else { mpt.virtual_address() & (mtr.page_size() - 1) };
+            let covered = mtr.size();
+            if first_page_offset.saturating_add(mpt.length()) > covered {
+                return Err(Rejection::parameter(
+                    "LEN",
+                    mpt.length(),
+                    format!("a length that fits the {} page(s) of the PBL ({covered} bytes from offset {first_page_offset})", mpt.pbl_size()),
+                ));
+            }
+        }
+        self.write_context(address, &mpt)
+    }
+
+    /// DESTROY_MPT (mailbox 0x0F).
+    pub(crate) fn destroy_mpt(&mut self, index: u32) -> Result<(), Rejection> {
+        self.mpt_index(index)?;
+        let (mut current, address) = self.read_context::<Mpt>(ContextTable::Mpt, index)?;
+        if !matches!(current.mpt_state(), Ok(MptState::Valid | MptState::Free)) {
+            return Err(Rejection::state("MPT_ST", current.mpt_state_raw() as u64, format!("MPT {index:#x} in use")));
+        }
+        current.set_mpt_state_raw(0);
+        self.write_context(address, &current)
+    }
+
+    /// QUERY_MPT (mailbox 0x62).
+    pub(crate) fn query_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
+        self.mpt_index(index)?;
+        Ok(self.read_context::<Mpt>(ContextTable::Mpt, index)?.0)
+    }
+
+    /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in
+    /// `pd` needing `needed`, and returns how to translate it.
+    pub fn check_memory_access(&mut self, key: u32, pd: u32, address: u64, length: u64, needed: MrAccess) -> Result<MrTranslation, MrAccessError> {
+        let mask = self.config.caps.num_mtpts.next_power_of_two() - 1;
+        let index = key_to_index(key) & mask;
+        let mpt = match self.read_context::<Mpt>(ContextTable::Mpt, index) {
+            Ok((mpt, _)) if mpt.mpt_state() == Ok(MptState::Valid) => mpt,
+            _ => return Err(MrAccessError::InvalidKey { key }),
+        };
+        if mpt.lkey() != key {
+            return Err(MrAccessError::KeyMismatch { key, registered: mpt.lkey() });
+        }
+        if mpt.protection_domain() != pd {
+            return Err(MrAccessError::ProtectionDomain { key, region_pd: mpt.protection_domain(), qp_pd: pd });
+        }
+        let granted = {
+            let mut g = MrAccess::empty();
+            g.set(MrAccess::LOCAL_WRITE, mpt.local_write_enable());
+            g.set(MrAccess::REMOTE_READ, mpt.remote_read_enable());
+            g.set(MrAccess::REMOTE_WRITE, mpt.remote_write_enable());
+            g.set(MrAccess::REMOTE_ATOMIC, mpt.atomic_enable());
+            g
+        };
+        if !granted.contains(needed) {
+            return Err(MrAccessError::Access { key, needed });
+        }
+        let start = if mpt.zero_based() { 0 } else { mpt.virtual_address() };
+        let end = start.checked_add(mpt.length());
+        let access_end = address.checked_add(length);
+        let inside = matches!((end, access_end), (Some(end), Some(access_end)) if address >= start && access_end <= end);
+        if !inside {
+            return Err(MrAccessError::Bounds { key, address, length, start, region_length: mpt.length() });
+        }
+        if mpt.physical_address() {
+            return Ok(MrTranslation { mtr: None, offset: address });
+        }
+        let mtr = Self::mpt_mtr(&mpt);
+        let first_page_offset = if mpt.zero_based() { 0 } else { mpt.virtual_address() & (mtr.page_size() - 1) };
+        let offset = first_page_offset + (address - start);
+        if let Some(memory) = self.dma_memory() {
+            mtt::translate(memory, &mtr, offset).map_err(|e| MrAccessError::Translation { key, reason: e.to_string() })?;
+        }
+        Ok(MrTranslation { mtr: Some(mtr), offset })
+    }
+}

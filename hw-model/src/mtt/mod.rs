@@ -1,0 +1,567 @@
+//! The MTT walker: translates a byte offset inside a buffer described by a memory
+//! translate region ("MTR", hns §5) into a bus address, by walking the buffer's
+//! multi-hop base-address tables (BTs) in host memory.
+//!
+//! * An [`Mtr`] is what a context (QPC, CQC, SRQC, EQC, MPT) says about one buffer: the
+//!   root address, the BT and buffer page sizes and up to three regions (SQ, extended
+//!   SGEs, RQ for a QP; one region otherwise), each with its own hop number.
+//! * A BT entry is the 8-byte little-endian full byte address of the next-level BT page,
+//!   or of the data page at the bottom level; a zero entry is empty. Regions share one
+//!   root BT page, packed back to back in region order.
+//! * Direct mode (every region hop 0): the root is the first byte of a contiguous buffer
+//!   and no BT is read. Mixing hop 0 with other hops is refused.
+//!
+//! Every BT read is a DMA read through [`HostMemory`]; data pages are never read here.
+//! The walker is stateless (no translation cache): each translation reads `hop` BT
+//! entries. Errors say which level, entry and address failed and what was expected, so a
+//! driver developer can find the bad BT page.
+//!
+//! Alignment rules: the root must be 8-byte aligned (contexts carry it `>> 3`), or 4 KiB
+//! aligned in direct mode; lower-level BT page addresses must be 8-byte aligned; data
+//! page addresses must be aligned to the buffer page size.
+
+use rnic_firmware_if::mtr::{MtrRegion, BT_ENTRY_SIZE, MAX_HOP, MIN_PAGE_SHIFT};
+
+use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
+
+#[cfg(test)]
+#[path = "../../../verbs-provider/src/mtr.rs"]
+#[allow(dead_code)]
+pub(crate) mod driver_builder;
+
+#[cfg(test)]
+pub(crate) mod test_support;
+#[cfg(test)]
+mod tests;
+
+/// Most regions one MTR may have (SQ, extended SGEs, RQ).
+pub const MAX_REGIONS: usize = 3;
+/// Largest buffer page shift accepted (1 GiB pages).
+pub const MAX_BUFFER_PAGE_SHIFT: u32 = 30;
+/// Largest BT page shift accepted (2 MiB BT pages).
+pub const MAX_BT_PAGE_SHIFT: u32 = 21;
+/// Alignment of the root (first page) in direct mode.
+pub const DIRECT_ROOT_ALIGNMENT: u64 = 1 << MIN_PAGE_SHIFT;
+
+/// What a BT entry should have pointed to (for diagnostics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryTarget {
+    /// A BT page of the given level (1 = the level below the root).
+    BtPage {
+        /// Level of the BT page.
+        level: u8,
+    },
+    /// A data page of the buffer.
+    BufferPage {
+        /// Page index in the buffer.
+        page: u64,
+    },
+}
+
+impl std::fmt::Display for EntryTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EntryTarget::BtPage { level } => write!(f, "the level-{level} BT page"),
+            EntryTarget::BufferPage { page } => write!(f, "buffer page {page}"),
+        }
+    }
+}
+
+/// Why an MTR is invalid or a translation failed. Levels count from 0 = the root BT page.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MttError {
+    /// The buffer page shift is outside 12..=30.
+    #[error("MTR buffer page shift {shift} is out of range: expected 12..=30 (4 KiB..1 GiB)")]
+    BufferPageShift {
+        /// The rejected shift.
+        shift: u32,
+    },
+    /// The BT page shift is outside 12..=21.
+    #[error("MTR BT page shift {shift} is out of range: expected 12..=21 (4 KiB..2 MiB)")]
+    BtPageShift {
+        /// The rejected shift.
+        shift: u32,
+    },
+    /// No regions, or more than three.
+    #[error("MTR has {count} regions: expected 1..=3")]
+    RegionCount {
+        /// The rejected count.
+        count: usize,
+    },
+    /// A region's hop number is above 3.
+    #[error("MTR region {region} has hop number {hop}: expected 0..=3")]
+    HopOutOfRange {
+        /// Region index.
+        region: usize,
+        /// The rejected hop number.
+        hop: u8,
+    },
+    /// Hop 0 mixed with other hop numbers.
+    #[error(
+        "MTR region {direct_region} is hop 0 but region {region} is hop {hop}: hop 0 (direct \
+         mode) is allowed only when every region is hop 0"
+    )]
+    MixedDirect {
+        /// A hop-0 region.
+        direct_region: usize,
+        /// A region with hops.
+        region: usize,
+        /// Its hop number.
+        hop: u8,
+    },
+    /// The root entries of all regions do not fit in one BT page.
+    #[error(
+        "MTR root BT needs {entries} entries but one {bt_page_size}-byte BT page holds only \
+         {unit}"
+    )]
+    RootOverflow {
+        /// Root entries needed (saturating).
+        entries: u64,
+        /// Entries per BT page.
+        unit: u64,
+        /// BT page size in bytes.
+        bt_page_size: u64,
+    },
+    /// The root address is zero.
+    #[error("MTR root address is 0: the context carries no buffer address")]
+    NullRoot,
+    /// The root address is misaligned.
+    #[error("MTR root {root:#x} is not aligned to {alignment} bytes ({mode})")]
+    MisalignedRoot {
+        /// The root address.
+        root: u64,
+        /// Required alignment.
+        alignment: u64,
+        /// "direct mode" or "root BT page".
+        mode: &'static str,
+    },
+    /// The buffer size overflows 64 bits, or a direct-mode buffer wraps the address space.
+    #[error("MTR buffer of {pages} pages of 2^{page_shift} bytes at {root:#x} does not fit the 64-bit address space")]
+    BufferTooLarge {
+        /// Total page count (saturating).
+        pages: u64,
+        /// Buffer page shift.
+        page_shift: u32,
+        /// The root address.
+        root: u64,
+    },
+    /// The offset is beyond the regions.
+    #[error("offset {offset:#x} is outside the {size:#x}-byte buffer")]
+    OutOfRange {
+        /// The requested offset.
+        offset: u64,
+        /// Buffer size in bytes (all regions).
+        size: u64,
+    },
+    /// A range runs past the end of the regions.
+    #[error("range of {length:#x} bytes at offset {offset:#x} runs past the end of the {size:#x}-byte buffer")]
+    RangeOutOfRange {
+        /// First byte of the range.
+        offset: u64,
+        /// Length of the range.
+        length: u64,
+        /// Buffer size in bytes.
+        size: u64,
+    },
+    /// A BT entry could not be read by DMA.
+    #[error("cannot read level-{level} BT entry {index} at {address:#x}: {source}")]
+    BtUnreachable {
+        /// BT level (0 = root).
+        level: u8,
+        /// Entry index in that BT page.
+        index: u64,
+        /// Bus address of the entry.
+        address: u64,
+        /// The DMA failure.
+        #[source]
+        source: MemoryError,
+    },
+    /// A BT entry on the walk is zero.
+    #[error("level-{level} BT entry {index} at {address:#x} is zero: expected the address of {expected}")]
+    EmptyEntry {
+        /// BT level (0 = root).
+        level: u8,
+        /// Entry index in that BT page.
+        index: u64,
+        /// Bus address of the entry.
+        address: u64,
+        /// What it should point to.
+        expected: EntryTarget,
+    },
+    /// A BT entry points to a BT page at a misaligned address.
+    #[error(
+        "level-{level} BT entry {index} at {address:#x} holds {value:#x} for {expected}, which \
+         is not 8-byte aligned"
+    )]
+    MisalignedBtPage {
+        /// BT level of the entry (0 = root).
+        level: u8,
+        /// Entry index in that BT page.
+        index: u64,
+        /// Bus address of the entry.
+        address: u64,
+        /// The entry's value.
+        value: u64,
+        /// What it should point to.
+        expected: EntryTarget,
+    },
+    /// A bottom-level entry holds a data page address not aligned to the page size.
+    #[error(
+        "level-{level} BT entry {index} at {address:#x} maps buffer page {page} to {value:#x}, \
+         which is not aligned to the {page_size}-byte buffer page size"
+    )]
+    MisalignedPage {
+        /// BT level of the entry (0 = root).
+        level: u8,
+        /// Entry index in that BT page.
+        index: u64,
+        /// Bus address of the entry.
+        address: u64,
+        /// Buffer page being translated.
+        page: u64,
+        /// The entry's value.
+        value: u64,
+        /// Buffer page size in bytes.
+        page_size: u64,
+    },
+}
+
+/// One buffer as a context describes it: where its translation starts and how it is cut
+/// into regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mtr {
+    /// Root BT page address, or the first byte of the buffer in direct (hop 0) mode.
+    pub root: u64,
+    /// BT page shift (BT page = `1 << ba_page_shift` bytes).
+    pub ba_page_shift: u32,
+    /// Buffer page shift (page = `1 << buffer_page_shift` bytes).
+    pub buffer_page_shift: u32,
+    /// The regions in buffer order; only the first `region_count` are used.
+    pub regions: [MtrRegion; MAX_REGIONS],
+    /// Number of regions in use (1..=3).
+    pub region_count: usize,
+}
+
+const NO_REGION: MtrRegion = MtrRegion {
+    page_count: 0,
+    hop: 0,
+};
+
+impl Mtr {
+    /// An MTR with the given regions (1..=3; not otherwise validated: see
+    /// [`Mtr::validate`]).
+    pub fn new(
+        root: u64,
+        ba_page_shift: u32,
+        buffer_page_shift: u32,
+        regions: &[MtrRegion],
+    ) -> Result<Self, MttError> {
+        if regions.is_empty() || regions.len() > MAX_REGIONS {
+            return Err(MttError::RegionCount {
+                count: regions.len(),
+            });
+        }
+        let mut all = [NO_REGION; MAX_REGIONS];
+        all[..regions.len()].copy_from_slice(regions);
+        Ok(Self {
+            root,
+            ba_page_shift,
+            buffer_page_shift,
+            regions: all,
+            region_count: regions.len(),
+        })
+    }
+
+    /// An MTR of one region (CQ, EQ, SRQ, MR).
+    pub fn single(
+        root: u64,
+        ba_page_shift: u32,
+        buffer_page_shift: u32,
+        page_count: u64,
+        hop: u8,
+    ) -> Self {
+        let mut regions = [NO_REGION; MAX_REGIONS];
+        regions[0] = MtrRegion { page_count, hop };
+        Self {
+            root,
+            ba_page_shift,
+            buffer_page_shift,
+            regions,
+            region_count: 1,
+        }
+    }
+
+    /// The regions in use (at most three, even if `region_count` is larger).
+    pub fn regions(&self) -> &[MtrRegion] {
+        &self.regions[..self.region_count.min(MAX_REGIONS)]
+    }
+
+    /// BT entries per BT page.
+    pub fn unit(&self) -> u64 {
+        (1u64 << self.ba_page_shift.min(63)) / BT_ENTRY_SIZE
+    }
+
+    /// Buffer page size in bytes.
+    pub fn page_size(&self) -> u64 {
+        1u64 << self.buffer_page_shift.min(63)
+    }
+
+    /// Total pages of all regions (saturating).
+    pub fn page_count(&self) -> u64 {
+        self.regions()
+            .iter()
+            .fold(0u64, |sum, r| sum.saturating_add(r.page_count))
+    }
+
+    /// Buffer size in bytes (saturating; exact for a valid MTR).
+    pub fn size(&self) -> u64 {
+        self.page_count().saturating_mul(self.page_size())
+    }
+
+    /// Whether this is direct mode (every region hop 0).
+    pub fn is_direct(&self) -> bool {
+        self.regions().iter().all(|r| r.hop == 0)
+    }
+
+    /// Checks the MTR is one the walker can use: page shifts (buffer 12..=30, BT
+    /// 12..=21), 1..=3 regions of hop 0..=3, hop 0 only for every region, root entries
+    /// within one BT page, a non-zero root aligned to 8 (or to 4 KiB in direct mode), and
+    /// a size that fits 64 bits.
+    pub fn validate(&self) -> Result<(), MttError> {
+        if !(MIN_PAGE_SHIFT..=MAX_BUFFER_PAGE_SHIFT).contains(&self.buffer_page_shift) {
+            return Err(MttError::BufferPageShift {
+                shift: self.buffer_page_shift,
+            });
+        }
+        if !(MIN_PAGE_SHIFT..=MAX_BT_PAGE_SHIFT).contains(&self.ba_page_shift) {
+            return Err(MttError::BtPageShift {
+                shift: self.ba_page_shift,
+            });
+        }
+        if self.region_count == 0 || self.region_count > MAX_REGIONS {
+            return Err(MttError::RegionCount {
+                count: self.region_count,
+            });
+        }
+        let regions = self.regions();
+        for (region, r) in regions.iter().enumerate() {
+            if r.hop > MAX_HOP {
+                return Err(MttError::HopOutOfRange { region, hop: r.hop });
+            }
+        }
+        let direct_region = regions.iter().position(|r| r.hop == 0);
+        let hop_region = regions.iter().position(|r| r.hop != 0);
+        if let (Some(direct_region), Some(region)) = (direct_region, hop_region) {
+            return Err(MttError::MixedDirect {
+                direct_region,
+                region,
+                hop: regions[region].hop,
+            });
+        }
+        let direct = direct_region.is_some();
+        if !direct {
+            let unit = self.unit();
+            let entries = regions
+                .iter()
+                .fold(0u64, |sum, r| sum.saturating_add(r.root_entries(unit)));
+            if entries > unit {
+                return Err(MttError::RootOverflow {
+                    entries,
+                    unit,
+                    bt_page_size: 1 << self.ba_page_shift,
+                });
+            }
+        }
+        if self.root == 0 {
+            return Err(MttError::NullRoot);
+        }
+        let (alignment, mode) = if direct {
+            (DIRECT_ROOT_ALIGNMENT, "direct mode")
+        } else {
+            (BT_ENTRY_SIZE, "root BT page")
+        };
+        if self.root % alignment != 0 {
+            return Err(MttError::MisalignedRoot {
+                root: self.root,
+                alignment,
+                mode,
+            });
+        }
+        let pages = self.page_count();
+        let fits = match pages.checked_mul(self.page_size()) {
+            Some(size) => !direct || self.root.checked_add(size).is_some(),
+            None => false,
+        };
+        if !fits {
+            return Err(MttError::BufferTooLarge {
+                pages,
+                page_shift: self.buffer_page_shift,
+                root: self.root,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Translates byte `offset` of the buffer described by `mtr` into a bus address (hns
+/// §5.2): finds the region holding page `p = offset >> buffer_page_shift`, walks from
+/// root entry `root_base(r) + q / unit^(h−1)` down the region's `h` levels (one 8-byte
+/// DMA read each) and adds the offset inside the page. Validates `mtr` first.
+pub fn translate(memory: &dyn HostMemory, mtr: &Mtr, offset: u64) -> Result<u64, MttError> {
+    mtr.validate()?;
+    translate_valid(memory, mtr, offset)
+}
+
+/// Translates `length` bytes starting at byte `offset`, calling `f(bus_address,
+/// chunk_length)` for each piece, split at buffer page boundaries, in order.
+///
+/// The whole range is checked against the buffer size before `f` is first called; a
+/// BT walk failure part-way stops the walk after the pieces already delivered (as a DMA
+/// engine would stop mid-transfer).
+pub fn translate_range(
+    memory: &dyn HostMemory,
+    mtr: &Mtr,
+    offset: u64,
+    length: u64,
+    mut f: impl FnMut(u64, u64),
+) -> Result<(), MttError> {
+    try_translate_range(memory, mtr, offset, length, |address, chunk| {
+        f(address, chunk);
+        Ok::<(), MttError>(())
+    })
+}
+
+/// [`translate_range`] with a fallible callback: an error from `f` stops the walk and is
+/// returned (for DMA engines whose per-piece access can fail).
+pub fn try_translate_range<E: From<MttError>>(
+    memory: &dyn HostMemory,
+    mtr: &Mtr,
+    offset: u64,
+    length: u64,
+    mut f: impl FnMut(u64, u64) -> Result<(), E>,
+) -> Result<(), E> {
+    mtr.validate()?;
+    if length == 0 {
+        return Ok(());
+    }
+    let size = mtr.size();
+    let end = match offset.checked_add(length) {
+        Some(end) if end <= size => end,
+        _ => {
+            return Err(MttError::RangeOutOfRange {
+                offset,
+                length,
+                size,
+            }
+            .into())
+        }
+    };
+    let page_mask = mtr.page_size() - 1;
+    let mut current = offset;
+    while current < end {
+        let address = translate_valid(memory, mtr, current)?;
+        let page_end = (current | page_mask).saturating_add(1);
+        let chunk = page_end.min(end) - current;
+        f(address, chunk)?;
+        current += chunk;
+    }
+    Ok(())
+}
+
+/// [`translate`] for an MTR that passed [`Mtr::validate`].
+fn translate_valid(memory: &dyn HostMemory, mtr: &Mtr, offset: u64) -> Result<u64, MttError> {
+    let size = mtr.size();
+    if offset >= size {
+        return Err(MttError::OutOfRange { offset, size });
+    }
+    if mtr.is_direct() {
+        // validate() checked root + size does not wrap.
+        return Ok(mtr.root + offset);
+    }
+    let page_size = mtr.page_size();
+    let page = offset >> mtr.buffer_page_shift;
+    let in_page = offset & (page_size - 1);
+    let unit = mtr.unit();
+
+    // Find the region and where its entries start in the root.
+    let mut first_page = 0u64;
+    let mut root_base = 0u64;
+    let mut found = None;
+    for region in mtr.regions() {
+        if page - first_page < region.page_count {
+            found = Some(*region);
+            break;
+        }
+        first_page += region.page_count;
+        root_base += region.root_entries(unit);
+    }
+    let region = found.ok_or(MttError::OutOfRange { offset, size })?;
+    let q = page - first_page;
+    let hop = region.hop;
+
+    let mut table = mtr.root;
+    let mut index = root_base + q / unit.pow(u32::from(hop) - 1);
+    for level in 0..hop {
+        let address = index
+            .checked_mul(BT_ENTRY_SIZE)
+            .and_then(|o| table.checked_add(o))
+            .ok_or(MttError::BtUnreachable {
+                level,
+                index,
+                address: table,
+                source: MemoryError::Overflow {
+                    kind: crate::memory::AccessKind::Read,
+                    address: table,
+                    length: BT_ENTRY_SIZE as usize,
+                },
+            })?;
+        let value = memory
+            .read_u64(address)
+            .map_err(|source| MttError::BtUnreachable {
+                level,
+                index,
+                address,
+                source,
+            })?;
+        let bottom = level + 1 == hop;
+        let expected = if bottom {
+            EntryTarget::BufferPage { page }
+        } else {
+            EntryTarget::BtPage { level: level + 1 }
+        };
+        if value == 0 {
+            return Err(MttError::EmptyEntry {
+                level,
+                index,
+                address,
+                expected,
+            });
+        }
+        if bottom {
+            if value & (page_size - 1) != 0 {
+                return Err(MttError::MisalignedPage {
+                    level,
+                    index,
+                    address,
+                    page,
+                    value,
+                    page_size,
+                });
+            }
+            // `value` is page aligned, so adding an in-page offset cannot overflow.
+            return Ok(value + in_page);
+        }
+        if value % BT_ENTRY_SIZE != 0 {
+            return Err(MttError::MisalignedBtPage {
+                level,
+                index,
+                address,
+                value,
+                expected,
+            });
+        }
+        table = value;
+        index = (q / unit.pow(u32::from(hop - level) - 2)) % unit;
+    }
+    unreachable!("a validated region with hops returns from its bottom level")
+}

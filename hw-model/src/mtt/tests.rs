@@ -1,0 +1,432 @@
+//! MTT walker tests. The BT pages are built by the real driver-side builder
+//! (`verbs-provider/src/mtr.rs`, compiled here as `driver_builder`), so these tests also
+//! check that the driver and the device agree.
+
+use rnic_firmware_if::mtr::{MtrRegion, QpBufferLayout};
+
+use super::driver_builder::{build_mtr, BuiltMtr, MtrBuildError, MtrBuildRequest};
+use super::test_support::{
+    seeds, CountingMemory, SeedGuard, TestSpace, XorShift64, BT_WINDOW, DATA_WINDOW,
+};
+use super::*;
+use crate::memory::{HostMemoryExt, PagedMemory, FRAME_SIZE};
+
+const MIB: u64 = 1 << 20;
+
+fn region(page_count: u64, hop: u8) -> MtrRegion {
+    MtrRegion { page_count, hop }
+}
+
+/// Builds with the driver builder (BT pages at random addresses) and writes the pages.
+fn build_into(
+    space: &mut TestSpace,
+    rng: &mut XorShift64,
+    ba_page_shift: u32,
+    buffer_page_shift: u32,
+    regions: &[MtrRegion],
+    pages: &[u64],
+) -> Result<BuiltMtr, MtrBuildError> {
+    let request = MtrBuildRequest {
+        ba_page_shift,
+        buffer_page_shift,
+        regions,
+        pages,
+    };
+    let bt_size = 1u64 << ba_page_shift;
+    let built = build_mtr(&request, &mut || Ok(space.alloc_bt_page(rng, bt_size)))?;
+    for page in &built.bt_pages {
+        space
+            .memory
+            .write(page.address, &page.to_bytes())
+            .expect("BT pages are mapped");
+    }
+    Ok(built)
+}
+
+/// Random bus addresses for `count` pages: runs of contiguous pages and single scattered
+/// pages, each page aligned to its size; the ends of every page are mapped.
+fn place_pages(space: &mut TestSpace, rng: &mut XorShift64, count: u64, page_size: u64) -> Vec<u64> {
+    let mut pages = Vec::with_capacity(count as usize);
+    while (pages.len() as u64) < count {
+        let left = count - pages.len() as u64;
+        let run = if rng.chance(1, 3) { 1 } else { rng.range(1, 16) }.min(left);
+        let base = space.random_free(rng, DATA_WINDOW, run * page_size, page_size);
+        for i in 0..run {
+            let page = base + i * page_size;
+            space.map_alias_ends(page, page_size);
+            pages.push(page);
+        }
+    }
+    pages
+}
+
+/// One randomized layout, checked against the reference translation `pages[p] + in_page`.
+fn run_seed(seed: u64, space: &mut TestSpace) -> Result<(), String> {
+    let mut rng = XorShift64::new(seed);
+    space.reset();
+
+    let hop = rng.below(4) as u8;
+    let buffer_page_shift = if rng.chance(1, 12) {
+        rng.pick(&[25, 30])
+    } else {
+        rng.pick(&[12, 13, 16, 21])
+    };
+    let ba_page_shift = rng.pick(&[12u32, 13, 14]);
+    let unit = 1u64 << (ba_page_shift - 3);
+    let page_size = 1u64 << buffer_page_shift;
+
+    // Regions: the first has the chosen hop, the others any hop (all 0 in direct mode),
+    // sized so hop 2/3 regions span several lower BT pages and the root still fits.
+    let region_count = rng.range(1, 3) as usize;
+    let mut regions = Vec::new();
+    let mut root_left = unit;
+    for r in 0..region_count {
+        let hop = match (hop, r) {
+            (0, _) => 0,
+            (h, 0) => h,
+            _ => rng.range(1, 3) as u8,
+        };
+        let mut page_count = match hop {
+            0 => rng.range(1, 8),
+            1 => rng.range(0, root_left.min(300)),
+            2 => rng.range(0, (root_left * unit).min(unit * 2 + unit / 2)),
+            _ => rng.range(0, unit + unit / 2),
+        };
+        if r > 0 && rng.chance(1, 8) {
+            page_count = 0; // e.g. a QP on an SRQ has no RQ region
+        }
+        let candidate = region(page_count, hop);
+        root_left -= candidate.root_entries(unit).min(root_left);
+        regions.push(candidate);
+    }
+    if regions.iter().all(|r| r.page_count == 0) {
+        regions[0].page_count = 1;
+    }
+    let total: u64 = regions.iter().map(|r| r.page_count).sum();
+
+    let pages = if hop == 0 {
+        // Direct mode: one contiguous run, only 4 KiB aligned.
+        let base = space.random_free(&mut rng, DATA_WINDOW, total * page_size, FRAME_SIZE);
+        let pages: Vec<u64> = (0..total).map(|i| base + i * page_size).collect();
+        for &page in &pages {
+            space.map_alias_ends(page, page_size);
+        }
+        pages
+    } else {
+        place_pages(space, &mut rng, total, page_size)
+    };
+
+    let describe = format!(
+        "hop {hop}, BT page 2^{ba_page_shift}, buffer page 2^{buffer_page_shift}, regions {regions:?}"
+    );
+    let built = build_into(space, &mut rng, ba_page_shift, buffer_page_shift, &regions, &pages)
+        .map_err(|e| format!("{describe}: build_mtr failed: {e}"))?;
+    let mtr = Mtr::new(built.root, ba_page_shift, buffer_page_shift, &regions)
+        .map_err(|e| format!("{describe}: {e}"))?;
+    mtr.validate().map_err(|e| format!("{describe}: {e}"))?;
+    if mtr.size() != total * page_size {
+        return Err(format!("{describe}: size {} != {}", mtr.size(), total * page_size));
+    }
+
+    // Page index → hop of its region, to check the number of BT reads per walk.
+    let mut hop_of_page = Vec::with_capacity(total as usize);
+    for r in &regions {
+        hop_of_page.extend((0..r.page_count).map(|_| r.hop));
+    }
+
+    let counting = CountingMemory::new(&space.memory);
+    let check = |offset: u64, must_be_mapped: bool| -> Result<(), String> {
+        let page = (offset / page_size) as usize;
+        let expected = pages[page] + offset % page_size;
+        let got = translate(&counting, &mtr, offset)
+            .map_err(|e| format!("{describe}: offset {offset:#x} (page {page}): {e}"))?;
+        if got != expected {
+            return Err(format!(
+                "{describe}: offset {offset:#x} (page {page}) translated to {got:#x}, expected {expected:#x}"
+            ));
+        }
+        let reads = counting.take();
+        if reads != usize::from(hop_of_page[page]) {
+            return Err(format!(
+                "{describe}: offset {offset:#x}: {reads} BT reads for a hop-{} region",
+                hop_of_page[page]
+            ));
+        }
+        if must_be_mapped && !space.memory.is_mapped(got) {
+            return Err(format!("{describe}: offset {offset:#x} → {got:#x} is not a mapped page byte"));
+        }
+        Ok(())
+    };
+    for p in 0..total {
+        check(p * page_size, true)?;
+        check(p * page_size + page_size - 1, true)?;
+    }
+    for _ in 0..64 {
+        check(rng.below(total * page_size), false)?;
+    }
+
+    let size = total * page_size;
+    match translate(&space.memory, &mtr, size) {
+        Err(MttError::OutOfRange { offset, size: s }) if offset == size && s == size => {}
+        other => return Err(format!("{describe}: offset == size gave {other:?}")),
+    }
+
+    // Ranges: pieces are contiguous in the buffer, split exactly at page boundaries.
+    for _ in 0..8 {
+        let offset = rng.below(size);
+        let length = rng.range(1, (size - offset).min(3 * page_size));
+        let mut at = offset;
+        let mut failure = None;
+        translate_range(&space.memory, &mtr, offset, length, |bus, chunk| {
+            let expected = pages[(at / page_size) as usize] + at % page_size;
+            let ends_on_boundary = (at + chunk) % page_size == 0 || at + chunk == offset + length;
+            if failure.is_none() && (bus != expected || !ends_on_boundary || chunk == 0) {
+                failure = Some(format!("piece at {at:#x}: {bus:#x}+{chunk:#x}, expected {expected:#x}"));
+            }
+            at += chunk;
+        })
+        .map_err(|e| format!("{describe}: range {offset:#x}+{length:#x}: {e}"))?;
+        if let Some(f) = failure {
+            return Err(format!("{describe}: range {offset:#x}+{length:#x}: {f}"));
+        }
+        if at != offset + length {
+            return Err(format!("{describe}: range {offset:#x}+{length:#x} covered up to {at:#x}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn translation_matches_the_reference_on_randomized_layouts() {
+    let mut space = TestSpace::new((2 * MIB) as usize);
+    for seed in seeds(200, 0x3717) {
+        let _guard = SeedGuard(seed);
+        if let Err(message) = run_seed(seed, &mut space) {
+            panic!("seed {seed:#x}: {message}");
+        }
+    }
+}
+
+#[test]
+fn hop_3_walks_several_root_l1_and_l2_entries() {
+    // 4 KiB BT pages (unit 512): a hop-3 region of 512² + 700 pages needs two root
+    // entries, two L1 pages and 514 L2 pages; a hop-1 region follows it in the root.
+    let mut space = TestSpace::new((3 * MIB) as usize);
+    let mut rng = XorShift64::new(3);
+    let big = 512 * 512 + 700;
+    let regions = [region(big, 3), region(5, 1)];
+    let total = big + 5;
+    // Scattered 4 KiB pages (a bijective shuffle); the walk never reads them.
+    let pages: Vec<u64> = (0..total)
+        .map(|i| DATA_WINDOW.0 + ((i * 7919) % total) * 4096)
+        .collect();
+    let built = build_into(&mut space, &mut rng, 12, 12, &regions, &pages).unwrap();
+    assert_eq!(built.bt_pages.len(), 1 + 2 + 514);
+    assert_eq!(built.bt_pages[0].entries.len(), 2 + 5);
+    let mtr = Mtr::new(built.root, 12, 12, &regions).unwrap();
+    let mut offsets: Vec<u64> = vec![
+        0,
+        511,
+        512,
+        512 * 512 - 1,
+        512 * 512,
+        big - 1,
+        big,
+        total - 1,
+    ];
+    offsets.extend((0..2000).map(|_| rng.below(total)));
+    for page in offsets {
+        let in_page = rng.below(4096);
+        let got = translate(&space.memory, &mtr, page * 4096 + in_page).unwrap();
+        assert_eq!(got, pages[page as usize] + in_page, "page {page}");
+    }
+}
+
+#[test]
+fn qp_buffer_regions_translate_at_their_qpc_offsets() {
+    // SQ 256 × 64 B (4 pages) hop 2, SGE 512 × 16 B (2 pages) hop 1, RQ 128 × 32 B
+    // (1 page) hop 2: the hns default hop numbers.
+    let layout = QpBufferLayout::from_shifts(8, 9, 7, 1, false);
+    let counts = layout.page_counts(12);
+    let regions = [region(counts[0], 2), region(counts[1], 1), region(counts[2], 2)];
+    let mut space = TestSpace::new((MIB) as usize);
+    let mut rng = XorShift64::new(11);
+    let total: u64 = counts.iter().sum();
+    let pages = place_pages(&mut space, &mut rng, total, 4096);
+    let built = build_into(&mut space, &mut rng, 12, 12, &regions, &pages).unwrap();
+    let mtr = Mtr::new(built.root, 12, 12, &regions).unwrap();
+    let offsets = layout.region_offsets(12);
+    for (r, &offset) in offsets.iter().enumerate() {
+        let first_page = (offset / 4096) as usize;
+        assert_eq!(
+            translate(&space.memory, &mtr, offset + 40).unwrap(),
+            pages[first_page] + 40,
+            "region {r}"
+        );
+    }
+}
+
+/// A two-page hop-2 buffer at known addresses: root at 0x1_0000, L1 at 0x2_0000,
+/// pages at 0x10_0000 and 0x20_0000.
+fn small_hop2() -> (PagedMemory, Mtr) {
+    let memory = PagedMemory::new();
+    let backing = crate::memory::Backing::zeroed(2 * FRAME_SIZE as usize);
+    memory.map_frame(0x1_0000, &backing, 0, true);
+    memory.map_frame(0x2_0000, &backing, 1, true);
+    memory.write_u64(0x1_0000, 0x2_0000).unwrap();
+    memory.write_u64(0x2_0000, 0x10_0000).unwrap();
+    memory.write_u64(0x2_0008, 0x20_0000).unwrap();
+    (memory, Mtr::single(0x1_0000, 12, 12, 2, 2))
+}
+
+#[test]
+fn a_well_formed_small_mtr_translates() {
+    let (memory, mtr) = small_hop2();
+    assert_eq!(translate(&memory, &mtr, 0x1234).unwrap(), 0x20_0234);
+    let mut pieces = Vec::new();
+    translate_range(&memory, &mtr, 0xFF0, 0x20, |a, l| pieces.push((a, l))).unwrap();
+    assert_eq!(pieces, [(0x10_0FF0, 0x10), (0x20_0000, 0x10)]);
+}
+
+#[test]
+fn an_unmapped_root_is_reported_with_level_index_and_address() {
+    let memory = PagedMemory::new();
+    let mtr = Mtr::single(0x5000_0000, 12, 12, 4, 1);
+    let err = translate(&memory, &mtr, 3 * 4096).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            MttError::BtUnreachable { level: 0, index: 3, address: 0x5000_0018, .. }
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("level-0") && text.contains("entry 3") && text.contains("0x50000018"), "{text}");
+}
+
+#[test]
+fn a_zero_entry_names_its_level_and_what_it_should_point_to() {
+    let (memory, mtr) = small_hop2();
+    memory.write_u64(0x2_0008, 0).unwrap();
+    let err = translate(&memory, &mtr, 4096).unwrap_err();
+    assert_eq!(
+        err,
+        MttError::EmptyEntry {
+            level: 1,
+            index: 1,
+            address: 0x2_0008,
+            expected: EntryTarget::BufferPage { page: 1 },
+        }
+    );
+    assert!(err.to_string().contains("buffer page 1"), "{err}");
+
+    memory.write_u64(0x1_0000, 0).unwrap();
+    let err = translate(&memory, &mtr, 0).unwrap_err();
+    assert_eq!(
+        err,
+        MttError::EmptyEntry {
+            level: 0,
+            index: 0,
+            address: 0x1_0000,
+            expected: EntryTarget::BtPage { level: 1 },
+        }
+    );
+}
+
+#[test]
+fn offsets_beyond_the_regions_are_out_of_range() {
+    let (memory, mtr) = small_hop2();
+    assert_eq!(
+        translate(&memory, &mtr, 0x2000),
+        Err(MttError::OutOfRange { offset: 0x2000, size: 0x2000 })
+    );
+    let mut called = false;
+    let err = translate_range(&memory, &mtr, 0x1000, 0x1001, |_, _| called = true).unwrap_err();
+    assert!(matches!(err, MttError::RangeOutOfRange { .. }), "{err:?}");
+    assert!(!called, "no piece may be delivered for a range that does not fit");
+    translate_range(&memory, &mtr, 0x2000, 0, |_, _| called = true).unwrap();
+    assert!(!called);
+}
+
+#[test]
+fn hop_0_mixed_with_a_hop_1_region_is_rejected() {
+    let memory = PagedMemory::new();
+    let mtr = Mtr::new(0x10_0000, 12, 12, &[region(1, 0), region(1, 1)]).unwrap();
+    let expected = MttError::MixedDirect {
+        direct_region: 0,
+        region: 1,
+        hop: 1,
+    };
+    assert_eq!(mtr.validate(), Err(expected.clone()));
+    assert_eq!(translate(&memory, &mtr, 0), Err(expected));
+}
+
+#[test]
+fn misaligned_roots_and_pages_are_rejected() {
+    let memory = PagedMemory::new();
+    let hop1 = Mtr::single(0x1004, 12, 12, 1, 1);
+    assert_eq!(
+        translate(&memory, &hop1, 0),
+        Err(MttError::MisalignedRoot { root: 0x1004, alignment: 8, mode: "root BT page" })
+    );
+    let direct = Mtr::single(0x1008, 12, 12, 1, 0);
+    assert_eq!(
+        direct.validate(),
+        Err(MttError::MisalignedRoot { root: 0x1008, alignment: 4096, mode: "direct mode" })
+    );
+    assert_eq!(translate(&memory, &Mtr::single(0x2000, 12, 16, 1, 0), 0x1_0000 - 1), Ok(0x1_1FFF));
+
+    let (memory, mtr) = small_hop2();
+    memory.write_u64(0x2_0008, 0x20_0800).unwrap();
+    let err = translate(&memory, &mtr, 4096).unwrap_err();
+    assert!(matches!(err, MttError::MisalignedPage { level: 1, index: 1, page: 1, value: 0x20_0800, .. }), "{err:?}");
+    memory.write_u64(0x1_0000, 0x2_0004).unwrap();
+    let err = translate(&memory, &mtr, 0).unwrap_err();
+    assert!(matches!(err, MttError::MisalignedBtPage { level: 0, value: 0x2_0004, .. }), "{err:?}");
+}
+
+#[test]
+fn malformed_mtrs_fail_validation() {
+    assert_eq!(Mtr::single(0x1000, 12, 11, 1, 1).validate(), Err(MttError::BufferPageShift { shift: 11 }));
+    assert_eq!(Mtr::single(0x1000, 12, 31, 1, 1).validate(), Err(MttError::BufferPageShift { shift: 31 }));
+    assert_eq!(Mtr::single(0x1000, 22, 12, 1, 1).validate(), Err(MttError::BtPageShift { shift: 22 }));
+    assert_eq!(
+        Mtr::single(0x1000, 12, 12, 1, 4).validate(),
+        Err(MttError::HopOutOfRange { region: 0, hop: 4 })
+    );
+    assert_eq!(
+        Mtr::single(0x1000, 12, 12, 513, 1).validate(),
+        Err(MttError::RootOverflow { entries: 513, unit: 512, bt_page_size: 4096 })
+    );
+    assert!(Mtr::single(0x1000, 12, 12, 512 * 512, 2).validate().is_ok());
+    assert_eq!(Mtr::single(0, 12, 12, 1, 1).validate(), Err(MttError::NullRoot));
+    assert!(matches!(
+        Mtr::single(u64::MAX - 0xFFF, 12, 12, 2, 0).validate(),
+        Err(MttError::BufferTooLarge { .. })
+    ));
+    assert!(matches!(Mtr::new(0x1000, 12, 12, &[]), Err(MttError::RegionCount { count: 0 })));
+    let mut four = Mtr::single(0x1000, 12, 12, 1, 1);
+    four.region_count = 4;
+    assert_eq!(four.validate(), Err(MttError::RegionCount { count: 4 }));
+}
+
+#[test]
+fn large_pages_up_to_1_gib_translate() {
+    let mut space = TestSpace::new((MIB) as usize);
+    let mut rng = XorShift64::new(5);
+    for shift in [21u32, 25, 30] {
+        space.reset();
+        let page_size = 1u64 << shift;
+        let pages = place_pages(&mut space, &mut rng, 3, page_size);
+        let regions = [region(3, 1)];
+        let built = build_into(&mut space, &mut rng, 12, shift, &regions, &pages).unwrap();
+        let mtr = Mtr::new(built.root, 12, shift, &regions).unwrap();
+        let offset = 2 * page_size + page_size / 3;
+        assert_eq!(
+            translate(&space.memory, &mtr, offset).unwrap(),
+            pages[2] + page_size / 3,
+            "page shift {shift}"
+        );
+    }
+    assert!(BT_WINDOW.1 <= DATA_WINDOW.0, "test windows must not overlap");
+}

@@ -1,0 +1,316 @@
+//! Queue pairs: MODIFY_QPC / QUERY_QPC, the state machine, SQ/RQ doorbells and the
+//! flush of outstanding WQEs when a QP enters the error state.
+//!
+//! The QPC lives in host memory (the QPC table) and is the truth: every modify reads it,
+//! merges the new context under the mask (mask bit 1 = keep the current bit), checks the
+//! transition and the fields the target state needs, and writes it back.
+
+pub mod state;
+
+use rnic_firmware_if::bits::Layout;
+use rnic_firmware_if::context::{Mtu, QpState, Qpc, ServiceType};
+use rnic_firmware_if::cqe::{Cqe, CqeStatus, RecvOpcode};
+use rnic_firmware_if::event::AsyncEventType;
+use rnic_firmware_if::mailbox::ContextTable;
+use rnic_firmware_if::mtr::{page_shift_from_field, MtrRegion, QpBufferLayout};
+use rnic_firmware_if::wqe::SQ_WQE_SIZE;
+
+use crate::device::Device;
+use crate::diagnostics::Source;
+use crate::firmware::Rejection;
+use crate::mtt::{self, Mtr, MttError};
+
+/// Which work queue of a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WorkQueue {
+    Send,
+    Receive,
+}
+
+/// Merges `new` into `current` under `mask` (hns rule: mask bit 1 keeps the current bit).
+pub(crate) fn merge_under_mask<L: Layout>(current: &L, new: &L, mask: &L) -> L {
+    let mut merged = L::zeroed();
+    for (((out, cur), new), mask) in merged.bytes_mut().iter_mut().zip(current.bytes()).zip(new.bytes()).zip(mask.bytes()) {
+        *out = (cur & mask) | (new & !mask);
+    }
+    merged
+}
+
+fn log2_floor(value: u32) -> u32 {
+    31 - value.max(1).leading_zeros()
+}
+
+/// The translation of a QP's WQE buffer ([SQ][extended SGEs][RQ]) and where each region starts.
+pub(crate) struct QpBuffer {
+    pub mtr: Mtr,
+    pub region_offsets: [u64; 3],
+    pub sq_depth: u32,
+    pub rq_depth: u32,
+    pub rq_stride: u64,
+}
+
+impl QpBuffer {
+    pub fn from_context(qpc: &Qpc) -> Result<Self, MttError> {
+        let layout = QpBufferLayout::from_shifts(
+            qpc.sq_shift() as u32,
+            qpc.sge_shift() as u32,
+            qpc.rq_shift() as u32,
+            qpc.rq_max_sge_shift() as u32,
+            qpc.srq_enable(),
+        );
+        let page_shift = page_shift_from_field(qpc.wqe_sge_buffer_page_size());
+        let counts = layout.page_counts(page_shift);
+        let regions = [
+            MtrRegion { page_count: counts[0], hop: qpc.sq_hop_number() },
+            MtrRegion { page_count: counts[1], hop: qpc.sge_hop_number() },
+            MtrRegion { page_count: counts[2], hop: qpc.rq_hop_number() },
+        ];
+        let mtr = Mtr::new(qpc.wqe_sge_base_address() << 3, page_shift_from_field(qpc.wqe_sge_ba_page_size()), page_shift, &regions)?;
+        mtr.validate()?;
+        Ok(Self {
+            mtr,
+            region_offsets: layout.region_offsets(page_shift),
+            sq_depth: 1 << qpc.sq_shift().min(31),
+            rq_depth: 1 << qpc.rq_shift().min(31),
+            rq_stride: 16 << qpc.rq_max_sge_shift().min(16),
+        })
+    }
+
+    /// Byte offset of SQ WQE `index` in the buffer.
+    pub fn sq_wqe_offset(&self, index: u32) -> u64 {
+        self.region_offsets[0] + (index & (self.sq_depth - 1)) as u64 * SQ_WQE_SIZE as u64
+    }
+
+    /// Byte offset of RQ WQE `index` in the buffer.
+    pub fn rq_wqe_offset(&self, index: u32) -> u64 {
+        self.region_offsets[2] + (index & (self.rq_depth - 1)) as u64 * self.rq_stride
+    }
+}
+
+impl Device {
+    fn qp_limit_checks(&mut self, qpn: u32) -> Result<(), Rejection> {
+        let count = self.config.caps.num_qps;
+        if qpn >= count {
+            return Err(Rejection::index(qpn as u64, count as u64));
+        }
+        Ok(())
+    }
+
+    /// MODIFY_QPC (mailbox 0x41): the only way a QP is created, moved and torn down.
+    pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
+        self.qp_limit_checks(qpn)?;
+        let (current, address) = self.read_context::<Qpc>(ContextTable::Qpc, qpn)?;
+        let from = current.qp_state().map_err(|_| Rejection::state("QP_ST", current.qp_state_raw() as u64, "a defined QP state in the stored context"))?;
+        let mut merged = merge_under_mask(&current, &context, &mask);
+        let to = merged.qp_state().map_err(|_| Rejection::parameter("QP_ST", merged.qp_state_raw() as u64, "a defined QP state"))?;
+        if !state::is_legal_transition(from, to) {
+            return Err(Rejection::state(
+                "QP_ST",
+                u8::from(to) as u64,
+                format!("a state reachable from {from:?}: one of {:?}", state::allowed_targets(from)),
+            ));
+        }
+        match to {
+            QpState::Init | QpState::Rtr | QpState::Rts => self.validate_qp_init(qpn, &merged)?,
+            _ => {}
+        }
+        if matches!(to, QpState::Rtr | QpState::Rts) {
+            self.validate_qp_path(&merged)?;
+        }
+        if to == QpState::Reset {
+            merged.set_sq_producer_index(0);
+            merged.set_sq_consumer_index(0);
+            merged.set_rq_producer_index(0);
+            merged.set_rq_consumer_index(0);
+        }
+        tracing::debug!(target: "rnic::qp", qpn, ?from, ?to, "modify");
+        self.write_context(address, &merged)?;
+        if to == QpState::Err {
+            self.flush_qp(qpn, address, merged);
+        }
+        Ok(())
+    }
+
+    fn validate_qp_init(&mut self, qpn: u32, qpc: &Qpc) -> Result<(), Rejection> {
+        let caps = self.config.caps;
+        let service = qpc.service_type().map_err(|_| Rejection::parameter("TST", qpc.service_type_raw() as u64, "0 (RC), 1 (UC) or 3 (UD)"))?;
+        if !matches!(service, ServiceType::Rc | ServiceType::Uc | ServiceType::Ud) {
+            return Err(Rejection::parameter("TST", u8::from(service) as u64, "0 (RC), 1 (UC) or 3 (UD); RD and XRC are not supported"));
+        }
+        if qpc.protection_domain() >= caps.num_pds {
+            return Err(Rejection::parameter("PD", qpc.protection_domain() as u64, format!("a PD number below {}", caps.num_pds)));
+        }
+        let max_sq_shift = log2_floor(caps.max_sq_wqes);
+        if qpc.sq_shift() as u32 > max_sq_shift {
+            return Err(Rejection::parameter("SQ_SHIFT", qpc.sq_shift() as u64, format!("log2(SQ depth) <= {max_sq_shift}")));
+        }
+        let max_rq_shift = log2_floor(caps.max_rq_wqes);
+        if qpc.rq_shift() as u32 > max_rq_shift {
+            return Err(Rejection::parameter("RQ_SHIFT", qpc.rq_shift() as u64, format!("log2(RQ depth) <= {max_rq_shift}")));
+        }
+        let max_rqws = log2_floor(caps.max_rq_sges as u32);
+        if qpc.rq_max_sge_shift() as u32 > max_rqws {
+            return Err(Rejection::parameter("RQWS", qpc.rq_max_sge_shift() as u64, format!("log2(RQ SGEs) <= {max_rqws}")));
+        }
+        for (field, cqn) in [("TX_CQN", qpc.send_cq_number()), ("RX_CQN", qpc.receive_cq_number())] {
+            if !self.cq_is_valid(cqn) {
+                return Err(Rejection::parameter(field, cqn as u64, "the number of a valid (created) CQ"));
+            }
+        }
+        if qpc.srq_enable() && !self.srq_is_valid(qpc.srq_number()) {
+            return Err(Rejection::parameter("SRQN", qpc.srq_number() as u64, "the number of a valid (created) SRQ"));
+        }
+        if qpn < 2 && service != ServiceType::Ud {
+            return Err(Rejection::parameter("TST", u8::from(service) as u64, format!("UD for the special QP {qpn}")));
+        }
+        Ok(())
+    }
+
+    fn validate_qp_path(&mut self, qpc: &Qpc) -> Result<(), Rejection> {
+        let max_mtu = self.config.caps.max_mtu;
+        let service = qpc.service_type().ok();
+        if service != Some(ServiceType::Ud) {
+            let mtu = qpc.mtu().map_err(|_| Rejection::parameter("MTU", qpc.mtu_raw() as u64, "1 (256) ..= 5 (4096)"))?;
+            if u8::from(mtu) > max_mtu {
+                return Err(Rejection::parameter("MTU", u8::from(mtu) as u64, format!("at most {max_mtu} ({} bytes)", Mtu::try_from(max_mtu).map(|m| m.bytes()).unwrap_or(0))));
+            }
+        }
+        QpBuffer::from_context(qpc).map_err(|e| Rejection::parameter("WQE_SGE_BA", qpc.wqe_sge_base_address() << 3, e.to_string()))?;
+        Ok(())
+    }
+
+    /// QUERY_QPC (mailbox 0x42).
+    pub(crate) fn query_qp(&mut self, qpn: u32) -> Result<Qpc, Rejection> {
+        self.qp_limit_checks(qpn)?;
+        Ok(self.read_context::<Qpc>(ContextTable::Qpc, qpn)?.0)
+    }
+
+    /// An SQ (cmd 0) or RQ (cmd 1) doorbell: the new producer index.
+    pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
+        let found = self.qp_limit_checks(qpn).and_then(|()| self.read_context::<Qpc>(ContextTable::Qpc, qpn));
+        let (mut qpc, address) = match found {
+            Ok(found) => found,
+            Err(rejection) => {
+                self.counters.doorbells_dropped += 1;
+                self.diagnose(Source::Doorbell, format!("QP {qpn:#x}"), "TAG", qpn as u64, format!("an existing QP ({})", rejection.expected));
+                self.post_async_event(AsyncEventType::WqCatasError, 1, qpn);
+                return;
+            }
+        };
+        let state = qpc.qp_state().unwrap_or(QpState::Reset);
+        let allowed = match queue {
+            WorkQueue::Send => matches!(state, QpState::Rts | QpState::Err),
+            WorkQueue::Receive => matches!(state, QpState::Init | QpState::Rtr | QpState::Rts | QpState::Err),
+        };
+        if !allowed {
+            self.counters.doorbells_dropped += 1;
+            self.diagnose(
+                Source::Doorbell,
+                format!("QP {qpn:#x}"),
+                "QP_ST",
+                u8::from(state) as u64,
+                match queue {
+                    WorkQueue::Send => "an SQ doorbell only in RTS (or ERR, to flush)",
+                    WorkQueue::Receive => "an RQ doorbell only in INIT, RTR, RTS (or ERR, to flush)",
+                },
+            );
+            return;
+        }
+        if queue == WorkQueue::Receive && qpc.srq_enable() {
+            self.counters.doorbells_dropped += 1;
+            self.diagnose(Source::Doorbell, format!("QP {qpn:#x}"), "SRQ_EN", 1, "receive WQEs posted to the QP's SRQ, not its RQ");
+            return;
+        }
+        let (depth, consumer) = match queue {
+            WorkQueue::Send => (1u32 << qpc.sq_shift().min(16), qpc.sq_consumer_index()),
+            WorkQueue::Receive => (1u32 << qpc.rq_shift().min(16), qpc.rq_consumer_index()),
+        };
+        let outstanding = producer_index.wrapping_sub(consumer) as u32;
+        if outstanding > depth {
+            self.counters.doorbells_dropped += 1;
+            self.diagnose(Source::Doorbell, format!("QP {qpn:#x}"), "PI", producer_index as u64, format!("at most {depth} WQEs past the consumer index {consumer}"));
+            self.post_async_event(AsyncEventType::WqCatasError, 4, qpn);
+            return;
+        }
+        match queue {
+            WorkQueue::Send => qpc.set_sq_producer_index(producer_index),
+            WorkQueue::Receive => qpc.set_rq_producer_index(producer_index),
+        }
+        self.counters.doorbells += 1;
+        if self.write_context(address, &qpc).is_err() {
+            return;
+        }
+        if state == QpState::Err {
+            self.flush_qp(qpn, address, qpc);
+        }
+    }
+
+    /// Completes every outstanding WQE of a QP in ERR with WR_FLUSH_ERR.
+    fn flush_qp(&mut self, qpn: u32, address: u64, mut qpc: Qpc) {
+        let Ok(buffer) = QpBuffer::from_context(&qpc) else {
+            // A QP moved to ERR before RTR has no WQE buffer; nothing can be outstanding.
+            qpc.set_sq_consumer_index(qpc.sq_producer_index());
+            qpc.set_rq_consumer_index(qpc.rq_producer_index());
+            let _ = self.write_context(address, &qpc);
+            return;
+        };
+        let sq_pending = qpc.sq_producer_index().wrapping_sub(qpc.sq_consumer_index()) as u32;
+        for step in 0..sq_pending.min(buffer.sq_depth) {
+            let index = qpc.sq_consumer_index().wrapping_add(step as u16);
+            let opcode = self.read_sq_wqe_opcode(&buffer, index as u32).unwrap_or(0);
+            let mut cqe = Cqe::zeroed();
+            cqe.set_opcode(opcode);
+            cqe.set_receive_side(false);
+            cqe.set_status(CqeStatus::WrFlushErr as u8);
+            cqe.set_wqe_index(index);
+            cqe.set_local_qp_number(qpn);
+            let _ = self.post_cqe(qpc.send_cq_number(), cqe, false);
+        }
+        qpc.set_sq_consumer_index(qpc.sq_producer_index());
+        if qpc.srq_enable() {
+            self.post_async_event(AsyncEventType::SrqLastWqeReach, 0, qpn);
+        } else {
+            let rq_pending = qpc.rq_producer_index().wrapping_sub(qpc.rq_consumer_index()) as u32;
+            for step in 0..rq_pending.min(buffer.rq_depth) {
+                let index = qpc.rq_consumer_index().wrapping_add(step as u16);
+                let mut cqe = Cqe::zeroed();
+                cqe.set_opcode(RecvOpcode::Send as u8);
+                cqe.set_receive_side(true);
+                cqe.set_status(CqeStatus::WrFlushErr as u8);
+                cqe.set_wqe_index(index);
+                cqe.set_local_qp_number(qpn);
+                let _ = self.post_cqe(qpc.receive_cq_number(), cqe, false);
+            }
+            qpc.set_rq_consumer_index(qpc.rq_producer_index());
+        }
+        let _ = self.write_context(address, &qpc);
+    }
+
+    fn read_sq_wqe_opcode(&mut self, buffer: &QpBuffer, index: u32) -> Option<u8> {
+        let memory = self.dma_memory()?;
+        let bus = mtt::translate(memory, &buffer.mtr, buffer.sq_wqe_offset(index)).ok()?;
+        let mut header = [0u8; 4];
+        self.dma_read(bus, &mut header).ok()?;
+        Some(header[0] & 0x1F)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_bits_of_one_keep_the_current_value() {
+        let mut current = Qpc::zeroed();
+        current.set_protection_domain(7);
+        current.set_sq_shift(4);
+        let mut new = Qpc::zeroed();
+        new.set_protection_domain(9);
+        new.set_sq_shift(6);
+        let mut mask = Qpc::all_ones();
+        mask.open_field(Qpc::PD);
+        let merged = merge_under_mask(&current, &new, &mask);
+        assert_eq!(merged.protection_domain(), 9, "opened field takes the new value");
+        assert_eq!(merged.sq_shift(), 4, "masked field keeps the current value");
+    }
+}

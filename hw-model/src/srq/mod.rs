@@ -1,0 +1,154 @@
+//! Shared receive queues: CREATE_SRQ / MODIFY_SRQC / QUERY_SRQC / DESTROY_SRQ and the SRQ
+//! doorbell. The SRQC lives in host memory (the SRQC table).
+
+use rnic_firmware_if::context::Srqc;
+use rnic_firmware_if::mailbox::ContextTable;
+use rnic_firmware_if::mtr::page_shift_from_field;
+
+use crate::device::Device;
+use crate::diagnostics::Source;
+use crate::firmware::Rejection;
+use crate::mtt::Mtr;
+use crate::qp::merge_under_mask;
+
+/// SRQ_ST value of a valid SRQ.
+const SRQ_VALID: u8 = 1;
+
+impl Device {
+    fn srq_index_check(&self, srqn: u32) -> Result<(), Rejection> {
+        let count = self.config.caps.num_srqs;
+        if srqn >= count {
+            return Err(Rejection::index(srqn as u64, count as u64));
+        }
+        Ok(())
+    }
+
+    /// Whether `srqn` names a created SRQ.
+    pub(crate) fn srq_is_valid(&mut self, srqn: u32) -> bool {
+        self.srq_index_check(srqn).is_ok()
+            && self.read_context::<Srqc>(ContextTable::Srqc, srqn).is_ok_and(|(srqc, _)| srqc.srq_state_raw() == SRQ_VALID)
+    }
+
+    /// The WQE-buffer and index-queue translations of an SRQ.
+    pub(crate) fn srq_buffers(srqc: &Srqc) -> Result<(Mtr, Mtr), Rejection> {
+        let depth = 1u64 << srqc.shift();
+        let wqe_bytes = depth * (16u64 << srqc.max_sge_shift());
+        let wqe_page = page_shift_from_field(srqc.wqe_buffer_page_size());
+        let wqe = Mtr::single(
+            srqc.wqe_base_address() << 3,
+            page_shift_from_field(srqc.wqe_ba_page_size()),
+            wqe_page,
+            wqe_bytes.div_ceil(1 << wqe_page),
+            srqc.wqe_hop_number(),
+        );
+        wqe.validate().map_err(|e| Rejection::parameter("WQE_BT_BA", srqc.wqe_base_address() << 3, e.to_string()))?;
+        let index_page = page_shift_from_field(srqc.index_buffer_page_size());
+        let index = Mtr::single(
+            srqc.index_base_address() << 3,
+            page_shift_from_field(srqc.index_ba_page_size()),
+            index_page,
+            (depth * 4).div_ceil(1 << index_page),
+            srqc.index_hop_number(),
+        );
+        index.validate().map_err(|e| Rejection::parameter("IDX_BT_BA", srqc.index_base_address() << 3, e.to_string()))?;
+        Ok((wqe, index))
+    }
+
+    fn validate_srq_limit(srqc: &Srqc) -> Result<(), Rejection> {
+        let depth = 1u64 << srqc.shift();
+        if srqc.limit_watermark() as u64 > depth {
+            return Err(Rejection::parameter("LIMIT_WL", srqc.limit_watermark() as u64, format!("a limit no larger than the depth {depth}")));
+        }
+        Ok(())
+    }
+
+    /// CREATE_SRQ (mailbox 0x70).
+    pub(crate) fn create_srq(&mut self, srqn: u32, mut srqc: Srqc) -> Result<(), Rejection> {
+        self.srq_index_check(srqn)?;
+        let (current, address) = self.read_context::<Srqc>(ContextTable::Srqc, srqn)?;
+        if current.srq_state_raw() == SRQ_VALID {
+            return Err(Rejection::state("SRQ_ST", SRQ_VALID as u64, format!("SRQ {srqn:#x} not already created")));
+        }
+        if srqc.srq_state_raw() != SRQ_VALID {
+            return Err(Rejection::parameter("SRQ_ST", srqc.srq_state_raw() as u64, "1 (valid)"));
+        }
+        let caps = self.config.caps;
+        if srqc.xrc() {
+            return Err(Rejection::parameter("SRQ_TYPE", 1, "0 (basic SRQ); XRC is not supported"));
+        }
+        if (1u64 << srqc.shift()) > caps.max_srq_wqes as u64 {
+            return Err(Rejection::parameter("SHIFT", srqc.shift() as u64, format!("a depth of at most {} WQEs", caps.max_srq_wqes)));
+        }
+        if (1u32 << srqc.max_sge_shift()) > caps.max_srq_sges as u32 {
+            return Err(Rejection::parameter("RQWS", srqc.max_sge_shift() as u64, format!("at most {} SGEs per WQE", caps.max_srq_sges)));
+        }
+        if srqc.protection_domain() >= caps.num_pds {
+            return Err(Rejection::parameter("PD", srqc.protection_domain() as u64, format!("a PD number below {}", caps.num_pds)));
+        }
+        Self::validate_srq_limit(&srqc)?;
+        Self::srq_buffers(&srqc)?;
+        srqc.set_srq_number(srqn);
+        srqc.set_producer_index(0);
+        srqc.set_consumer_index(0);
+        self.write_context(address, &srqc)
+    }
+
+    /// MODIFY_SRQC (mailbox 0x72): only the limit (LIMIT_WL) may change.
+    pub(crate) fn modify_srq(&mut self, srqn: u32, context: Srqc, mask: Srqc) -> Result<(), Rejection> {
+        self.srq_index_check(srqn)?;
+        let (current, address) = self.read_context::<Srqc>(ContextTable::Srqc, srqn)?;
+        if current.srq_state_raw() != SRQ_VALID {
+            return Err(Rejection::state("SRQ_ST", current.srq_state_raw() as u64, format!("SRQ {srqn:#x} created")));
+        }
+        let merged = merge_under_mask(&current, &context, &mask);
+        let mut limit_only = current;
+        limit_only.set_limit_watermark(merged.limit_watermark());
+        if limit_only != merged {
+            return Err(Rejection::parameter("mask", 0, "only LIMIT_WL opened in the mask (an SRQ cannot be resized)"));
+        }
+        Self::validate_srq_limit(&merged)?;
+        self.write_context(address, &merged)
+    }
+
+    /// QUERY_SRQC (mailbox 0x73).
+    pub(crate) fn query_srq(&mut self, srqn: u32) -> Result<Srqc, Rejection> {
+        self.srq_index_check(srqn)?;
+        Ok(self.read_context::<Srqc>(ContextTable::Srqc, srqn)?.0)
+    }
+
+    /// DESTROY_SRQ (mailbox 0x74).
+    pub(crate) fn destroy_srq(&mut self, srqn: u32) -> Result<(), Rejection> {
+        self.srq_index_check(srqn)?;
+        let (mut current, address) = self.read_context::<Srqc>(ContextTable::Srqc, srqn)?;
+        if current.srq_state_raw() != SRQ_VALID {
+            return Err(Rejection::state("SRQ_ST", current.srq_state_raw() as u64, format!("SRQ {srqn:#x} created")));
+        }
+        current.set_srq_state_raw(0);
+        self.write_context(address, &current)
+    }
+
+    /// SRQ doorbell (cmd 2): the new index-queue producer index.
+    pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
+        let found = self.srq_index_check(srqn).and_then(|()| self.read_context::<Srqc>(ContextTable::Srqc, srqn));
+        match found {
+            Ok((mut srqc, address)) if srqc.srq_state_raw() == SRQ_VALID => {
+                let depth = 1u32 << srqc.shift();
+                let outstanding = producer_index.wrapping_sub(srqc.consumer_index()) as u32;
+                if outstanding > depth {
+                    self.counters.doorbells_dropped += 1;
+                    self.diagnose(Source::Doorbell, format!("SRQ {srqn:#x}"), "PI", producer_index as u64, format!("at most {depth} WQEs past the consumer index {}", srqc.consumer_index()));
+                    self.post_async_event(rnic_firmware_if::event::AsyncEventType::SrqCatasError, 0, srqn);
+                    return;
+                }
+                srqc.set_producer_index(producer_index);
+                self.counters.doorbells += 1;
+                let _ = self.write_context(address, &srqc);
+            }
+            _ => {
+                self.counters.doorbells_dropped += 1;
+                self.diagnose(Source::Doorbell, format!("SRQ {srqn:#x}"), "TAG", srqn as u64, "an existing SRQ");
+                self.post_async_event(rnic_firmware_if::event::AsyncEventType::SrqCatasError, 0, srqn);
+            }
+        }
+    }
+}
