@@ -562,13 +562,10 @@ impl DeviceCaps {
 
     /// Decodes the five descriptor payloads A..E. Fails if a log2 field is 32 or more.
     /// Capability flag bits without a [`CapFlags`] name are kept.
-    pub fn from_descriptors(
-        descriptors: &[[u8; CAPS_DESCRIPTOR_SIZE]; 5],
-    ) -> Result<DeviceCaps, CapsError> {
+    pub fn from_descriptors(descriptors: &[[u8; CAPS_DESCRIPTOR_SIZE]; 5]) -> Result<DeviceCaps, CapsError> {
         let [a, b, c, d, e] = descriptors;
         let (a, b, c, d, e) = (CapsA(*a), CapsB(*b), CapsC(*c), CapsD(*d), CapsE(*e));
-        let flags =
-            u32::from(c.cap_flags()) | (u32::from(d.cap_flags_extended()) << CAP_FLAGS_EX_SHIFT);
+        let flags = u32::from(c.cap_flags()) | (u32::from(d.cap_flags_extended()) << CAP_FLAGS_EX_SHIFT);
         Ok(DeviceCaps {
             num_ports: a.number_ports(),
             local_ca_ack_delay: a.local_ca_ack_delay(),
@@ -732,13 +729,7 @@ mod tests {
         0x01, 0x00, 0x10, 0x00, // ceq_max_cnt 1, ceq_period 16
         0x01, 0x00, 0x10, 0x00, // aeq_max_cnt 1, aeq_period 16
     ];
-    const ALL_BYTES: [[u8; 24]; 5] = [
-        CAPS_A_BYTES,
-        CAPS_B_BYTES,
-        CAPS_C_BYTES,
-        CAPS_D_BYTES,
-        CAPS_E_BYTES,
-    ];
+    const ALL_BYTES: [[u8; 24]; 5] = [CAPS_A_BYTES, CAPS_B_BYTES, CAPS_C_BYTES, CAPS_D_BYTES, CAPS_E_BYTES];
 
     fn sample_flags() -> CapFlags {
         CapFlags::REREG_MR

@@ -429,19 +429,13 @@ mod tests {
         assert_eq!(d.opcode(), 0x8504);
         assert_eq!(Opcode::from_raw(d.opcode()), Some(Opcode::PostMailbox));
         assert_eq!(d.flags(), DescriptorFlags::IN | DescriptorFlags::NEXT);
-        assert_eq!(
-            ReturnCode::from_raw(d.return_value()),
-            ReturnCode::ParameterError
-        );
+        assert_eq!(ReturnCode::from_raw(d.return_value()), ReturnCode::ParameterError);
         assert_eq!(&d.data()[..4], &[0x11, 0x22, 0x33, 0x44]);
     }
 
     #[test]
     fn descriptor_emits_known_bytes() {
-        let mut d = Descriptor::new(
-            Opcode::PostMailbox,
-            DescriptorFlags::IN | DescriptorFlags::NEXT,
-        );
+        let mut d = Descriptor::new(Opcode::PostMailbox, DescriptorFlags::IN | DescriptorFlags::NEXT);
         d.set_return_value(ReturnCode::ParameterError as u16);
         d.data_mut()[..4].copy_from_slice(&[0x11, 0x22, 0x33, 0x44]);
         let mut out = [0u8; 32];
@@ -513,5 +507,166 @@ mod tests {
         g.set_gid(gid);
         assert_eq!(g.gid(), gid);
         assert_eq!(g.0[4], 0xfe);
+    }
+
+    use crate::context::testutil::{assert_rejects_truncated, assert_round_trips_every_field};
+
+    #[test]
+    fn every_payload_layout_round_trips_and_rejects_truncated_input() {
+        fn check<L: Layout>(seed: u64) {
+            assert_round_trips_every_field::<L>(seed);
+            assert_rejects_truncated::<L>();
+        }
+        check::<Descriptor>(1);
+        check::<HardwareVersion>(2);
+        check::<FirmwareVersion>(3);
+        check::<GlobalParam>(4);
+        check::<FunctionInfo>(5);
+        check::<FunctionResourcesA>(6);
+        check::<FunctionResourcesB>(7);
+        check::<BaseAddressTableAttributes>(8);
+        check::<GidEntry>(9);
+        check::<SmacEntry>(10);
+        check::<FunctionClear>(11);
+    }
+
+    /// Parses `bytes`, checks it with `expect`, and checks that `build` emits the same bytes.
+    fn known<L: Layout + std::fmt::Debug>(bytes: [u8; 24], expect: impl Fn(&L), build: impl Fn(&mut L)) {
+        let parsed = L::parse(&bytes).unwrap();
+        expect(&parsed);
+        let mut built = L::zeroed();
+        build(&mut built);
+        assert_eq!(built.bytes(), &bytes[..], "{} emits the known bytes", L::NAME);
+    }
+
+    fn bytes_with(pairs: &[(usize, u8)]) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        for (i, v) in pairs {
+            b[*i] = *v;
+        }
+        b
+    }
+
+    #[test]
+    fn version_payloads_parse_and_emit_known_bytes() {
+        known::<FirmwareVersion>(
+            bytes_with(&[(0, 0x03), (1, 0x02), (2, 0x01)]),
+            |v| assert_eq!(v.version(), 0x0001_0203),
+            |v| v.set_version(0x0001_0203),
+        );
+        known::<HardwareVersion>(
+            bytes_with(&[(0, 0x34), (1, 0x12), (2, 0x30), (3, 0x01)]),
+            |v| {
+                assert_eq!(v.vendor_id(), 0x1234);
+                assert_eq!(v.hardware_version(), 0x130);
+            },
+            |v| {
+                v.set_vendor_id(0x1234);
+                v.set_hardware_version(0x130);
+            },
+        );
+    }
+
+    #[test]
+    fn global_param_packs_cycles_and_udp_port() {
+        // 999 cycles/us = 0x3E7 in bits 9:0; port 4791 = 0x12B7 in bits 31:16.
+        known::<GlobalParam>(
+            bytes_with(&[(0, 0xE7), (1, 0x03), (2, 0xB7), (3, 0x12)]),
+            |g| {
+                assert_eq!(g.cycles_per_microsecond(), 999);
+                assert_eq!(g.udp_port(), 4791);
+            },
+            |g| {
+                g.set_cycles_per_microsecond(999);
+                g.set_udp_port(4791);
+            },
+        );
+    }
+
+    #[test]
+    fn function_info_and_clear_parse_and_emit_known_bytes() {
+        known::<FunctionInfo>(
+            bytes_with(&[(0, 1), (4, 7)]),
+            |f| {
+                assert_eq!(f.function_count(), 1);
+                assert_eq!(f.mac_id(), 7);
+            },
+            |f| {
+                f.set_function_count(1);
+                f.set_mac_id(7);
+            },
+        );
+        known::<FunctionClear>(
+            bytes_with(&[(0, 2), (4, 1)]),
+            |f| {
+                assert_eq!(f.function_id(), 2);
+                assert!(f.done());
+            },
+            |f| {
+                f.set_function_id(2);
+                f.set_done(true);
+            },
+        );
+    }
+
+    #[test]
+    fn function_resources_parse_and_emit_known_bytes() {
+        // A: QPC_BT_NUM 59:48 = 256 -> byte 6 = 0x00, byte 7 = 0x01; EQC_BT_NUM 185:176 = 16 -> byte 22 = 0x10.
+        known::<FunctionResourcesA>(
+            bytes_with(&[(0, 3), (7, 0x01), (22, 0x10)]),
+            |a| {
+                assert_eq!(a.function_id(), 3);
+                assert_eq!(a.qpc_bt_count(), 256);
+                assert_eq!(a.eqc_bt_count(), 16);
+            },
+            |a| {
+                a.set_function_id(3);
+                a.set_qpc_bt_count(256);
+                a.set_eqc_bt_count(16);
+            },
+        );
+        // B: SMAC_NUM 48:40 = 0x101 -> byte 5 bits 7:0 = 0x01, byte 6 bit 0 = 1; SGID_NUM 80:72 = 16 -> byte 9 = 0x10.
+        known::<FunctionResourcesB>(
+            bytes_with(&[(5, 0x01), (6, 0x01), (9, 0x10)]),
+            |b| {
+                assert_eq!(b.smac_count(), 0x101);
+                assert_eq!(b.sgid_count(), 16);
+            },
+            |b| {
+                b.set_smac_count(0x101);
+                b.set_sgid_count(16);
+            },
+        );
+    }
+
+    #[test]
+    fn gid_and_smac_entries_parse_and_emit_known_bytes() {
+        let mut gid_bytes = bytes_with(&[(0, 5), (20, 2)]);
+        gid_bytes[4..20].copy_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        known::<GidEntry>(
+            gid_bytes,
+            |g| {
+                assert_eq!(g.index(), 5);
+                assert_eq!(g.gid()[0], 0xfe);
+                assert_eq!(g.gid_type(), GidType::RoceV2Ipv6 as u8);
+            },
+            |g| {
+                g.set_index(5);
+                g.set_gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+                g.set_gid_type(GidType::RoceV2Ipv6 as u8);
+            },
+        );
+        // MAC 02:00:5e:10:20:30: low dword (bytes 4..8) holds 5e102030 little-endian, high 16 bits 0200.
+        known::<SmacEntry>(
+            bytes_with(&[(0, 1), (4, 0x30), (5, 0x20), (6, 0x10), (7, 0x5e), (8, 0x00), (9, 0x02)]),
+            |s| {
+                assert_eq!(s.index(), 1);
+                assert_eq!(s.mac(), [0x02, 0x00, 0x5e, 0x10, 0x20, 0x30]);
+            },
+            |s| {
+                s.set_index(1);
+                s.set_mac([0x02, 0x00, 0x5e, 0x10, 0x20, 0x30]);
+            },
+        );
     }
 }

@@ -262,12 +262,7 @@ pub enum RecvOpcode {
 
 impl RecvOpcode {
     /// Every receive opcode, in value order.
-    pub const ALL: [RecvOpcode; 4] = [
-        Self::RdmaWriteWithImm,
-        Self::Send,
-        Self::SendWithImm,
-        Self::SendWithInv,
-    ];
+    pub const ALL: [RecvOpcode; 4] = [Self::RdmaWriteWithImm, Self::Send, Self::SendWithImm, Self::SendWithInv];
 }
 
 impl From<RecvOpcode> for u8 {
@@ -329,10 +324,7 @@ mod tests {
         assert!(cqe.receive_side());
         assert!(cqe.owner());
         assert_eq!(cqe.status(), 0x13);
-        assert_eq!(
-            CqeStatus::try_from(cqe.status()),
-            Ok(CqeStatus::RemoteAccessErr)
-        );
+        assert_eq!(CqeStatus::try_from(cqe.status()), Ok(CqeStatus::RemoteAccessErr));
         assert_eq!(cqe.wqe_index(), 0xBEEF);
         assert_eq!(cqe.immediate_data(), 0x1122_3344);
         assert_eq!(cqe.xrc_srq_number(), 0x305);
@@ -473,32 +465,16 @@ mod tests {
     fn unknown_status_codes_are_rejected() {
         for value in 0..=u8::MAX {
             if !CqeStatus::ALL.iter().any(|s| *s as u8 == value) {
-                assert_eq!(
-                    CqeStatus::try_from(value),
-                    Err(CqeError::UnknownStatus(value))
-                );
+                assert_eq!(CqeStatus::try_from(value), Err(CqeError::UnknownStatus(value)));
             }
         }
-        assert_eq!(
-            CqeStatus::try_from(0x03),
-            Err(CqeError::UnknownStatus(0x03))
-        );
+        assert_eq!(CqeStatus::try_from(0x03), Err(CqeError::UnknownStatus(0x03)));
     }
 
     #[test]
     fn only_success_flush_and_general_errors_leave_the_qp_alone() {
-        let keep: Vec<_> = CqeStatus::ALL
-            .into_iter()
-            .filter(|s| !s.moves_qp_to_error())
-            .collect();
-        assert_eq!(
-            keep,
-            [
-                CqeStatus::Success,
-                CqeStatus::WrFlushErr,
-                CqeStatus::GeneralErr
-            ]
-        );
+        let keep: Vec<_> = CqeStatus::ALL.into_iter().filter(|s| !s.moves_qp_to_error()).collect();
+        assert_eq!(keep, [CqeStatus::Success, CqeStatus::WrFlushErr, CqeStatus::GeneralErr]);
     }
 
     #[test]
@@ -515,10 +491,7 @@ mod tests {
             assert_eq!(RecvOpcode::try_from(value), Ok(op));
         }
         for value in 4..=u8::MAX {
-            assert_eq!(
-                RecvOpcode::try_from(value),
-                Err(CqeError::UnknownRecvOpcode(value))
-            );
+            assert_eq!(RecvOpcode::try_from(value), Err(CqeError::UnknownRecvOpcode(value)));
         }
     }
 

@@ -52,8 +52,7 @@ pub enum DoorbellCommand {
 
 impl DoorbellCommand {
     /// Every command, in value order.
-    pub const ALL: [DoorbellCommand; 5] =
-        [Self::Sq, Self::Rq, Self::Srq, Self::CqSetCi, Self::CqArm];
+    pub const ALL: [DoorbellCommand; 5] = [Self::Sq, Self::Rq, Self::Srq, Self::CqSetCi, Self::CqArm];
 
     /// Whether the doorbell word is to be read as a [`CqDoorbell`].
     pub fn is_cq(self) -> bool {
@@ -94,8 +93,7 @@ pub enum EqDoorbellCommand {
 
 impl EqDoorbellCommand {
     /// Every command, in value order.
-    pub const ALL: [EqDoorbellCommand; 4] =
-        [Self::AeqCi, Self::AeqCiArm, Self::CeqCi, Self::CeqCiArm];
+    pub const ALL: [EqDoorbellCommand; 4] = [Self::AeqCi, Self::AeqCiArm, Self::CeqCi, Self::CeqCiArm];
 }
 
 impl From<EqDoorbellCommand> for u8 {
@@ -399,10 +397,7 @@ mod tests {
 
     #[test]
     fn cq_set_ci_doorbell_uses_command_3_and_sequence_1() {
-        assert_eq!(
-            CqDoorbell::update(5, 0x12_3456).as_u64(),
-            0x0212_3456_0300_0005
-        );
+        assert_eq!(CqDoorbell::update(5, 0x12_3456).as_u64(), 0x0212_3456_0300_0005);
         assert_eq!(
             CqDoorbell::from_u64(0x0212_3456_0300_0005),
             CqDoorbell::update(5, 0x12_3456)

@@ -293,11 +293,7 @@ impl MailboxOpcode {
     }
 
     /// The base-address-table opcode for a table, kind and level (0..=2).
-    pub fn for_base_address_table(
-        table: ContextTable,
-        command: BtCommand,
-        level: u8,
-    ) -> Option<Self> {
+    pub fn for_base_address_table(table: ContextTable, command: BtCommand, level: u8) -> Option<Self> {
         Self::ALL
             .into_iter()
             .find(|op| op.base_address_table() == Some((table, command, level)))
@@ -321,10 +317,7 @@ mod tests {
         let p = PostMailbox::parse(&KNOWN_POST).unwrap();
         assert_eq!(p.in_param(), 0x1_0000_1000);
         assert_eq!(p.out_param(), 0);
-        assert_eq!(
-            MailboxOpcode::from_raw(p.command()),
-            Some(MailboxOpcode::ModifyQpc)
-        );
+        assert_eq!(MailboxOpcode::from_raw(p.command()), Some(MailboxOpcode::ModifyQpc));
         assert_eq!(p.tag(), 7);
         assert_eq!(p.token(), POLL_TOKEN);
         assert!(p.event_enable());
@@ -344,12 +337,7 @@ mod tests {
     #[test]
     fn post_mailbox_round_trips_and_rejects_truncated_input() {
         check_fields(PostMailbox::NAME, PostMailbox::SIZE, PostMailbox::FIELDS).unwrap();
-        check_fields(
-            MailboxStatus::NAME,
-            MailboxStatus::SIZE,
-            MailboxStatus::FIELDS,
-        )
-        .unwrap();
+        check_fields(MailboxStatus::NAME, MailboxStatus::SIZE, MailboxStatus::FIELDS).unwrap();
         let p = PostMailbox::parse(&KNOWN_POST).unwrap();
         let mut out = [0u8; 24];
         p.emit(&mut out).unwrap();
@@ -376,11 +364,7 @@ mod tests {
             assert_eq!(MailboxOpcode::from_raw(op as u8), Some(op));
         }
         assert_eq!(MailboxOpcode::from_raw(0x03), None);
-        assert_eq!(
-            MailboxOpcode::ReadCqcBt2 as u8,
-            0x1B,
-            "hns quirk: READ_CQC_BT2 is 0x1B"
-        );
+        assert_eq!(MailboxOpcode::ReadCqcBt2 as u8, 0x1B, "hns quirk: READ_CQC_BT2 is 0x1B");
     }
 
     #[test]
@@ -399,5 +383,20 @@ mod tests {
             }
         }
         assert_eq!(MailboxOpcode::ModifyQpc.base_address_table(), None);
+    }
+
+    #[test]
+    fn mailbox_status_emits_known_bytes_round_trips_and_rejects_truncated_input() {
+        let mut s = MailboxStatus::zeroed();
+        s.set_busy(true);
+        s.set_status(MailboxCompletion::InvalidState as u8);
+        let mut expected = [0u8; 24];
+        expected[0] = 3;
+        expected[3] = 0x80;
+        assert_eq!(s.0, expected);
+        crate::context::testutil::assert_round_trips_every_field::<MailboxStatus>(21);
+        crate::context::testutil::assert_round_trips_every_field::<PostMailbox>(22);
+        crate::context::testutil::assert_rejects_truncated::<MailboxStatus>();
+        crate::context::testutil::assert_rejects_truncated::<PostMailbox>();
     }
 }

@@ -60,20 +60,10 @@ pub struct QpBufferLayout {
 
 impl QpBufferLayout {
     /// The layout a QPC describes.
-    pub fn from_shifts(
-        sq_shift: u32,
-        sge_shift: u32,
-        rq_shift: u32,
-        rq_wqe_shift: u32,
-        uses_srq: bool,
-    ) -> Self {
+    pub fn from_shifts(sq_shift: u32, sge_shift: u32, rq_shift: u32, rq_wqe_shift: u32, uses_srq: bool) -> Self {
         Self {
             sq_bytes: 64u64 << sq_shift.min(31),
-            sge_bytes: if sge_shift == 0 {
-                0
-            } else {
-                16u64 << sge_shift.min(31)
-            },
+            sge_bytes: if sge_shift == 0 { 0 } else { 16u64 << sge_shift.min(31) },
             rq_bytes: if uses_srq {
                 0
             } else {
@@ -102,14 +92,7 @@ mod tests {
     #[test]
     fn a_root_entry_covers_unit_to_the_hop_minus_one_pages() {
         let unit = 512;
-        assert_eq!(
-            MtrRegion {
-                page_count: 5,
-                hop: 1
-            }
-            .root_entries(unit),
-            5
-        );
+        assert_eq!(MtrRegion { page_count: 5, hop: 1 }.root_entries(unit), 5);
         assert_eq!(
             MtrRegion {
                 page_count: 513,
@@ -126,14 +109,7 @@ mod tests {
             .root_entries(unit),
             2
         );
-        assert_eq!(
-            MtrRegion {
-                page_count: 9,
-                hop: 0
-            }
-            .root_entries(unit),
-            0
-        );
+        assert_eq!(MtrRegion { page_count: 9, hop: 0 }.root_entries(unit), 0);
     }
 
     #[test]

@@ -18,8 +18,19 @@ fn layout_section<L: Layout>(out: &mut String, title: &str, note: &str) {
     let mut fields: Vec<_> = L::FIELDS.to_vec();
     fields.sort_by_key(|f| f.lo);
     for f in fields {
-        let bits = if f.hi == f.lo { format!("{}", f.lo) } else { format!("{}:{}", f.hi, f.lo) };
-        let _ = writeln!(out, "| `{}` | {} | {} | {} |", f.name, bits, f.width(), f.doc.trim().replace('|', "\\|"));
+        let bits = if f.hi == f.lo {
+            format!("{}", f.lo)
+        } else {
+            format!("{}:{}", f.hi, f.lo)
+        };
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} |",
+            f.name,
+            bits,
+            f.width(),
+            f.doc.trim().replace('|', "\\|")
+        );
     }
     out.push('\n');
 }
@@ -46,7 +57,12 @@ pub fn render() -> String {
     );
 
     out.push_str("## 1. BARs\n\n| BAR | Size | Contents |\n|---|---|---|\n");
-    let _ = writeln!(out, "| {} | {:#x} | control registers (§2) |", regs::CONTROL_BAR, regs::BAR0_SIZE);
+    let _ = writeln!(
+        out,
+        "| {} | {:#x} | control registers (§2) |",
+        regs::CONTROL_BAR,
+        regs::BAR0_SIZE
+    );
     let _ = writeln!(
         out,
         "| {} | {:#x} × pages | doorbell pages (§3); page 0 is the driver's, page n may be given to a process |",
@@ -74,7 +90,14 @@ pub fn render() -> String {
 
     out.push_str("## 2. BAR0 registers (32-bit)\n\n| Offset | Name | Access | Meaning |\n|---|---|---|---|\n");
     for r in regs::REGISTERS {
-        let _ = writeln!(out, "| {:#07x} | `{}` | {:?} | {} |", r.offset, r.name, r.access, r.doc.trim().replace('|', "\\|"));
+        let _ = writeln!(
+            out,
+            "| {:#07x} | `{}` | {:?} | {} |",
+            r.offset,
+            r.name,
+            r.access,
+            r.doc.trim().replace('|', "\\|")
+        );
     }
     let _ = writeln!(
         out,
@@ -100,9 +123,19 @@ pub fn render() -> String {
     );
     layout_section::<doorbell::Doorbell>(&mut out, "Queue doorbell (SQ, RQ, SRQ)", "");
     layout_section::<doorbell::CqDoorbell>(&mut out, "CQ doorbell (set CI, arm)", "");
-    value_table(&mut out, "Doorbell commands (`CMD`)", &doorbell::DoorbellCommand::ALL, |v| v as u64);
+    value_table(
+        &mut out,
+        "Doorbell commands (`CMD`)",
+        &doorbell::DoorbellCommand::ALL,
+        |v| v as u64,
+    );
     layout_section::<doorbell::EqDoorbell>(&mut out, "EQ doorbell", "");
-    value_table(&mut out, "EQ doorbell commands", &doorbell::EqDoorbellCommand::ALL, |v| v as u64);
+    value_table(
+        &mut out,
+        "EQ doorbell commands",
+        &doorbell::EqDoorbellCommand::ALL,
+        |v| v as u64,
+    );
 
     out.push_str("## 4. Command queue\n\n");
     out.push_str(
@@ -183,29 +216,66 @@ pub fn render() -> String {
     out.push('\n');
 
     out.push_str("## 6. Contexts\n\n");
-    layout_section::<context::Qpc>(&mut out, "QP context", "Lives in the QPC table in host memory; created by MODIFY_QPC RESET→INIT.");
+    layout_section::<context::Qpc>(
+        &mut out,
+        "QP context",
+        "Lives in the QPC table in host memory; created by MODIFY_QPC RESET→INIT.",
+    );
     layout_section::<context::Cqc>(&mut out, "CQ context", "");
     layout_section::<context::Srqc>(&mut out, "SRQ context", "");
     layout_section::<context::Mpt>(&mut out, "MPT entry (memory region)", "Key = rotl32(index, 8).");
-    layout_section::<context::Eqc>(&mut out, "EQ context", "Travels in the mailbox only; the device keeps it.");
+    layout_section::<context::Eqc>(
+        &mut out,
+        "EQ context",
+        "Travels in the mailbox only; the device keeps it.",
+    );
 
     out.push_str("## 7. Work queue entries\n\n");
     layout_section::<wqe::RcSqWqe>(&mut out, "RC/UC SQ WQE", "Bytes 32..64: two SGEs, inline data (≤ 32 bytes) or the atomic segment (swap/add u64 at 48, compare u64 at 56).");
-    layout_section::<wqe::UdSqWqe>(&mut out, "UD SQ WQE", "Bytes 40..46 DMAC, 48..64 DGID; all SGEs in the extended SGE area.");
-    layout_section::<wqe::Sge>(&mut out, "Scatter/gather element", "RQ and SRQ WQEs are arrays of SGEs.");
+    layout_section::<wqe::UdSqWqe>(
+        &mut out,
+        "UD SQ WQE",
+        "Bytes 40..46 DMAC, 48..64 DGID; all SGEs in the extended SGE area.",
+    );
+    layout_section::<wqe::Sge>(
+        &mut out,
+        "Scatter/gather element",
+        "RQ and SRQ WQEs are arrays of SGEs.",
+    );
     value_table(&mut out, "SQ opcodes", &wqe::SqOpcode::ALL, |v| v as u64);
 
     out.push_str("## 8. Completions and events\n\n");
-    layout_section::<cqe::Cqe>(&mut out, "CQE", "A 32-byte CQE is the first half; valid when OWNER ^ ((ci & depth) != 0).");
+    layout_section::<cqe::Cqe>(
+        &mut out,
+        "CQE",
+        "A 32-byte CQE is the first half; valid when OWNER ^ ((ci & depth) != 0).",
+    );
     value_table(&mut out, "CQE status", &cqe::CqeStatus::ALL, |v| v as u64);
     value_table(&mut out, "Receive CQE opcodes", &cqe::RecvOpcode::ALL, |v| v as u64);
     layout_section::<eqe::Ceqe>(&mut out, "CEQE", "");
     layout_section::<eqe::Aeqe>(&mut out, "AEQE", "");
     layout_section::<eqe::AeqeMailbox>(&mut out, "AEQE, mailbox completion view (event 0x13)", "");
-    value_table(&mut out, "Asynchronous event types", &event::AsyncEventType::ALL, |v| v as u64);
-    value_table(&mut out, "WQ catastrophic error sub-types (event 0x05)", &event::WqCatastrophicSubtype::ALL, |v| v as u64);
-    value_table(&mut out, "Local access violation sub-types (event 0x07)", &event::LocalAccessSubtype::ALL, |v| v as u64);
-    value_table(&mut out, "Doorbell overflow sub-types (event 0x12)", &event::DbOverflowSubtype::ALL, |v| v as u64);
+    value_table(&mut out, "Asynchronous event types", &event::AsyncEventType::ALL, |v| {
+        v as u64
+    });
+    value_table(
+        &mut out,
+        "WQ catastrophic error sub-types (event 0x05)",
+        &event::WqCatastrophicSubtype::ALL,
+        |v| v as u64,
+    );
+    value_table(
+        &mut out,
+        "Local access violation sub-types (event 0x07)",
+        &event::LocalAccessSubtype::ALL,
+        |v| v as u64,
+    );
+    value_table(
+        &mut out,
+        "Doorbell overflow sub-types (event 0x12)",
+        &event::DbOverflowSubtype::ALL,
+        |v| v as u64,
+    );
     out
 }
 

@@ -303,8 +303,7 @@ impl RcSqWqe {
 
     /// Sets the atomic swap / add operand (bytes 48..56).
     pub fn set_atomic_swap_add(&mut self, value: u64) {
-        self.0[ATOMIC_SEGMENT_OFFSET..ATOMIC_SEGMENT_OFFSET + 8]
-            .copy_from_slice(&value.to_le_bytes());
+        self.0[ATOMIC_SEGMENT_OFFSET..ATOMIC_SEGMENT_OFFSET + 8].copy_from_slice(&value.to_le_bytes());
     }
 
     /// Atomic segment, bytes 56..64 (`cmp_data`, little-endian): the compare value of a
@@ -839,24 +838,15 @@ mod tests {
     fn unknown_sq_opcodes_are_rejected() {
         for value in 0..=u8::MAX {
             if !SqOpcode::ALL.iter().any(|op| *op as u8 == value) {
-                assert_eq!(
-                    SqOpcode::try_from(value),
-                    Err(WqeError::UnknownSqOpcode(value))
-                );
+                assert_eq!(SqOpcode::try_from(value), Err(WqeError::UnknownSqOpcode(value)));
             }
         }
-        assert_eq!(
-            SqOpcode::try_from(0x0D),
-            Err(WqeError::UnknownSqOpcode(0x0D))
-        );
+        assert_eq!(SqOpcode::try_from(0x0D), Err(WqeError::UnknownSqOpcode(0x0D)));
     }
 
     #[test]
     fn ud_accepts_only_send_and_send_with_imm() {
-        let allowed: Vec<_> = SqOpcode::ALL
-            .into_iter()
-            .filter(|op| op.allowed_on_ud())
-            .collect();
+        let allowed: Vec<_> = SqOpcode::ALL.into_iter().filter(|op| op.allowed_on_ud()).collect();
         assert_eq!(allowed, [SqOpcode::Send, SqOpcode::SendWithImm]);
     }
 

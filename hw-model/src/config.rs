@@ -55,7 +55,10 @@ pub struct DeviceConfig {
 impl DeviceConfig {
     /// A configuration with the given MAC address and default everything else.
     pub fn with_mac(mac_address: [u8; 6]) -> Self {
-        Self { mac_address, ..Self::default() }
+        Self {
+            mac_address,
+            ..Self::default()
+        }
     }
 }
 
@@ -97,7 +100,11 @@ pub fn default_caps() -> DeviceCaps {
         context_hops: 1,
         pbl_hops: 2,
         num_pds: 1 << 20,
-        flags: CapFlags::ROCE_V1_V2 | CapFlags::SRQ | CapFlags::ATOMIC | CapFlags::CQ_RECORD_DB | CapFlags::QP_RECORD_DB,
+        flags: CapFlags::ROCE_V1_V2
+            | CapFlags::SRQ
+            | CapFlags::ATOMIC
+            | CapFlags::CQ_RECORD_DB
+            | CapFlags::QP_RECORD_DB,
         num_cqs: 1 << 16,
         max_gids: 16,
         max_cqes: 1 << 22,
@@ -151,7 +158,13 @@ pub struct BtSlots {
 
 impl Default for BtSlots {
     fn default() -> Self {
-        Self { qpc: 256, mpt: 256, cqc: 256, srqc: 256, eqc: 16 }
+        Self {
+            qpc: 256,
+            mpt: 256,
+            cqc: 256,
+            srqc: 256,
+            eqc: 16,
+        }
     }
 }
 

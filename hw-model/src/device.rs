@@ -13,15 +13,15 @@ use rnic_firmware_if::regs;
 use crate::config::DeviceConfig;
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
 use crate::eq::EventQueues;
-use crate::firmware::{CommandQueue, Firmware};
 use crate::firmware::Rejection;
+use crate::firmware::{CommandQueue, Firmware};
 use crate::hem::ContextTable;
-use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
 use crate::interrupt::InterruptSink;
 use crate::memory::{AccessKind, HostMemory, MemoryError};
 use crate::pci::{BarDescriptor, ConfigSpace, MsixTable};
 use crate::time::{Picoseconds, Scheduler};
+use rnic_firmware_if::bits::Layout;
+use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
 
 /// Something the device will do at a virtual instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -115,12 +115,18 @@ impl Device {
     pub fn new(config: DeviceConfig, memory: Arc<dyn HostMemory>, interrupts: Box<dyn InterruptSink>) -> Self {
         let vectors = crate::config::msix_vector_count(&config.caps);
         let bars = [
-            BarDescriptor { index: regs::CONTROL_BAR, size: regs::BAR0_SIZE },
+            BarDescriptor {
+                index: regs::CONTROL_BAR,
+                size: regs::BAR0_SIZE,
+            },
             BarDescriptor {
                 index: regs::DOORBELL_BAR,
                 size: (config.doorbell_pages.max(1) as u64 * regs::DOORBELL_PAGE_SIZE).next_power_of_two(),
             },
-            BarDescriptor { index: regs::MSIX_BAR, size: regs::MSIX_BAR_SIZE },
+            BarDescriptor {
+                index: regs::MSIX_BAR,
+                size: regs::MSIX_BAR_SIZE,
+            },
         ];
         let config_space = ConfigSpace::new(config.identity, &bars, vectors);
         let tables = Self::context_tables_for(&config);
@@ -231,7 +237,14 @@ impl Device {
         ]
     }
 
-    pub(crate) fn diagnose(&mut self, source: Source, object: impl Into<String>, field: &'static str, value: u64, expected: impl Into<String>) {
+    pub(crate) fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
         self.diagnostics.record(Diagnostic {
             time_ps: self.scheduler.now().0,
             source,
@@ -249,7 +262,10 @@ impl Device {
         let result = if self.config_space.bus_master_enabled() {
             self.memory.read(address, buffer)
         } else {
-            Err(MemoryError::Permission { kind: AccessKind::Read, address })
+            Err(MemoryError::Permission {
+                kind: AccessKind::Read,
+                address,
+            })
         };
         if result.is_err() {
             self.counters.dma_errors += 1;
@@ -262,7 +278,10 @@ impl Device {
         let result = if self.config_space.bus_master_enabled() {
             self.memory.write(address, data)
         } else {
-            Err(MemoryError::Permission { kind: AccessKind::Write, address })
+            Err(MemoryError::Permission {
+                kind: AccessKind::Write,
+                address,
+            })
         };
         if result.is_err() {
             self.counters.dma_errors += 1;
@@ -272,7 +291,9 @@ impl Device {
 
     /// Host memory as seen by DMA, when bus mastering is on.
     pub(crate) fn dma_memory(&self) -> Option<&dyn HostMemory> {
-        self.config_space.bus_master_enabled().then_some(&*self.memory as &dyn HostMemory)
+        self.config_space
+            .bus_master_enabled()
+            .then_some(&*self.memory as &dyn HostMemory)
     }
 
     // ---- interrupts -----------------------------------------------------------------
@@ -330,7 +351,13 @@ impl Device {
     /// Writes `data` to `bar` at `offset`.
     pub fn bar_write(&mut self, bar: u8, offset: u64, data: &[u8]) {
         if !self.config_space.memory_enabled() {
-            self.diagnose(Source::Pci, format!("BAR{bar}"), "COMMAND.MEMORY_SPACE", 0, "memory decoding enabled before BAR writes");
+            self.diagnose(
+                Source::Pci,
+                format!("BAR{bar}"),
+                "COMMAND.MEMORY_SPACE",
+                0,
+                "memory decoding enabled before BAR writes",
+            );
             return;
         }
         match bar {
@@ -341,7 +368,13 @@ impl Device {
                 let masked = self.config_space.msix_function_masked();
                 self.msix.write(offset, data, enabled, masked, &mut *self.interrupts);
             }
-            _ => self.diagnose(Source::Pci, format!("BAR{bar}"), "BAR index", bar as u64, "BAR 0, 2 or 4"),
+            _ => self.diagnose(
+                Source::Pci,
+                format!("BAR{bar}"),
+                "BAR index",
+                bar as u64,
+                "BAR 0, 2 or 4",
+            ),
         }
     }
 
@@ -356,7 +389,13 @@ impl Device {
                 let high = self.control_read32(offset + 4);
                 data.copy_from_slice(&((high as u64) << 32 | low as u64).to_le_bytes());
             }
-            n => self.diagnose(Source::Register, format!("BAR0+{offset:#x}"), "access size", n as u64, "4- or 8-byte register reads"),
+            n => self.diagnose(
+                Source::Register,
+                format!("BAR0+{offset:#x}"),
+                "access size",
+                n as u64,
+                "4- or 8-byte register reads",
+            ),
         }
     }
 
@@ -371,7 +410,13 @@ impl Device {
                 self.control_write32(offset, v as u32);
                 self.control_write32(offset + 4, (v >> 32) as u32);
             }
-            n => self.diagnose(Source::Register, format!("BAR0+{offset:#x}"), "access size", n as u64, "4- or 8-byte register writes"),
+            n => self.diagnose(
+                Source::Register,
+                format!("BAR0+{offset:#x}"),
+                "access size",
+                n as u64,
+                "4- or 8-byte register writes",
+            ),
         }
     }
 
@@ -398,7 +443,10 @@ impl Device {
             regs::ABNORMAL_INT_CONFIG => self.registers.abnormal_config,
             regs::ABNORMAL_INT_STATUS => self.registers.abnormal_status,
             regs::ABNORMAL_INT_ENABLE => self.registers.abnormal_enable,
-            o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32)).contains(&o) && o % 4 == 0 => {
+            o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
+                .contains(&o)
+                && o % 4 == 0 =>
+            {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as usize;
                 self.registers.event_enable[eqn] as u32
             }
@@ -408,7 +456,13 @@ impl Device {
 
     fn control_write32(&mut self, offset: u64, value: u32) {
         if self.registers.resetting && offset != regs::FUNCTION_RESET {
-            self.diagnose(Source::Register, format!("BAR0+{offset:#x}"), "FUNCTION_RESET", 1, "no register writes while a reset is in progress");
+            self.diagnose(
+                Source::Register,
+                format!("BAR0+{offset:#x}"),
+                "FUNCTION_RESET",
+                1,
+                "no register writes while a reset is in progress",
+            );
             return;
         }
         match offset {
@@ -417,13 +471,18 @@ impl Device {
                     self.function_reset();
                 }
             }
-            regs::CSQ_BASE_LOW | regs::CSQ_BASE_HIGH | regs::CSQ_DEPTH | regs::CSQ_PRODUCER_INDEX | regs::CSQ_CONSUMER_INDEX => {
-                self.command_queue_register_write(offset, value)
-            }
+            regs::CSQ_BASE_LOW
+            | regs::CSQ_BASE_HIGH
+            | regs::CSQ_DEPTH
+            | regs::CSQ_PRODUCER_INDEX
+            | regs::CSQ_CONSUMER_INDEX => self.command_queue_register_write(offset, value),
             regs::ABNORMAL_INT_CONFIG => self.registers.abnormal_config = value,
             regs::ABNORMAL_INT_STATUS => self.registers.abnormal_status &= !value,
             regs::ABNORMAL_INT_ENABLE => self.registers.abnormal_enable = value,
-            o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32)).contains(&o) && o % 4 == 0 => {
+            o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
+                .contains(&o)
+                && o % 4 == 0 =>
+            {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
                 self.registers.event_enable[eqn as usize] = value & 1 != 0;
                 if value & 1 != 0 {
@@ -433,8 +492,20 @@ impl Device {
             o => {
                 let known = regs::REGISTERS.iter().find(|r| r.offset == o);
                 match known {
-                    Some(r) => self.diagnose(Source::Register, r.name, "write", value as u64, "no writes: the register is read-only"),
-                    None => self.diagnose(Source::Register, format!("BAR0+{o:#x}"), "offset", o, "a register listed in docs/register-map.md"),
+                    Some(r) => self.diagnose(
+                        Source::Register,
+                        r.name,
+                        "write",
+                        value as u64,
+                        "no writes: the register is read-only",
+                    ),
+                    None => self.diagnose(
+                        Source::Register,
+                        format!("BAR0+{o:#x}"),
+                        "offset",
+                        o,
+                        "a register listed in docs/register-map.md",
+                    ),
                 }
             }
         }
@@ -450,7 +521,11 @@ impl Device {
         self.tables = Self::context_tables_for(&self.config);
         self.eqs = EventQueues::new(&self.config.caps);
         let event_enables = self.registers.event_enable.len();
-        self.registers = ControlRegisters { event_enable: vec![false; event_enables], resetting: true, ..Default::default() };
+        self.registers = ControlRegisters {
+            event_enable: vec![false; event_enables],
+            resetting: true,
+            ..Default::default()
+        };
         for latch in &mut self.doorbell_latch {
             *latch = [None; 2];
         }
@@ -466,7 +541,13 @@ impl Device {
         let in_page = offset % regs::DOORBELL_PAGE_SIZE;
         if page >= self.doorbell_latch.len() {
             self.counters.doorbells_dropped += 1;
-            self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "page", page as u64, format!("a page below {}", self.doorbell_latch.len()));
+            self.diagnose(
+                Source::Doorbell,
+                format!("doorbell page {page}"),
+                "page",
+                page as u64,
+                format!("a page below {}", self.doorbell_latch.len()),
+            );
             return;
         }
         let (register, base) = match in_page {
@@ -474,27 +555,48 @@ impl Device {
             o if (EQ_DB_OFFSET..EQ_DB_OFFSET + 8).contains(&o) => (1usize, EQ_DB_OFFSET),
             o => {
                 self.counters.doorbells_dropped += 1;
-                self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "offset", o, format!("{DB_OFFSET:#x} (queue doorbell) or {EQ_DB_OFFSET:#x} (EQ doorbell)"));
+                self.diagnose(
+                    Source::Doorbell,
+                    format!("doorbell page {page}"),
+                    "offset",
+                    o,
+                    format!("{DB_OFFSET:#x} (queue doorbell) or {EQ_DB_OFFSET:#x} (EQ doorbell)"),
+                );
                 return;
             }
         };
         let word = match (in_page - base, data.len()) {
             (0, 8) => Some(u64::from_le_bytes(data.try_into().expect("length checked"))),
             (0, 4) => {
-                self.doorbell_latch[page][register] = Some(u32::from_le_bytes(data.try_into().expect("length checked")));
+                self.doorbell_latch[page][register] =
+                    Some(u32::from_le_bytes(data.try_into().expect("length checked")));
                 None
             }
             (4, 4) => match self.doorbell_latch[page][register].take() {
-                Some(low) => Some((u32::from_le_bytes(data.try_into().expect("length checked")) as u64) << 32 | low as u64),
+                Some(low) => {
+                    Some((u32::from_le_bytes(data.try_into().expect("length checked")) as u64) << 32 | low as u64)
+                }
                 None => {
                     self.counters.doorbells_dropped += 1;
-                    self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "high half", 0, "the low 32 bits written first");
+                    self.diagnose(
+                        Source::Doorbell,
+                        format!("doorbell page {page}"),
+                        "high half",
+                        0,
+                        "the low 32 bits written first",
+                    );
                     None
                 }
             },
             (o, n) => {
                 self.counters.doorbells_dropped += 1;
-                self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "access", (o as u64) << 8 | n as u64, "one 8-byte store, or 4-byte stores to the low then high half");
+                self.diagnose(
+                    Source::Doorbell,
+                    format!("doorbell page {page}"),
+                    "access",
+                    o << 8 | n as u64,
+                    "one 8-byte store, or 4-byte stores to the low then high half",
+                );
                 None
             }
         };
@@ -502,7 +604,13 @@ impl Device {
         if register == 1 {
             if page != 0 {
                 self.counters.doorbells_dropped += 1;
-                self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "EQ doorbell", word, "EQ doorbells on the driver's page 0 only");
+                self.diagnose(
+                    Source::Doorbell,
+                    format!("doorbell page {page}"),
+                    "EQ doorbell",
+                    word,
+                    "EQ doorbells on the driver's page 0 only",
+                );
                 return;
             }
             self.eq_doorbell(word);
@@ -541,12 +649,14 @@ impl Device {
     pub(crate) fn read_context<L: Layout>(&mut self, table: ContextTableId, index: u32) -> Result<(L, u64), Rejection> {
         let address = self.context_address(table, index)?;
         let mut context = L::zeroed();
-        self.dma_read(address, context.bytes_mut()).map_err(|e| Rejection::dma("context", address, e))?;
+        self.dma_read(address, context.bytes_mut())
+            .map_err(|e| Rejection::dma("context", address, e))?;
         Ok((context, address))
     }
 
     /// Writes a context back to host memory.
     pub(crate) fn write_context<L: Layout>(&mut self, address: u64, context: &L) -> Result<(), Rejection> {
-        self.dma_write(address, context.bytes()).map_err(|e| Rejection::dma("context", address, e))
+        self.dma_write(address, context.bytes())
+            .map_err(|e| Rejection::dma("context", address, e))
     }
 }

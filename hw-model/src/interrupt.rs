@@ -98,10 +98,7 @@ mod tests {
         assert_eq!(observer.count(1), 2);
         assert_eq!(observer.count(0), 1);
         assert_eq!(observer.count(7), 0);
-        assert_eq!(
-            observer.messages(),
-            vec![message(1), message(0), message(1)]
-        );
+        assert_eq!(observer.messages(), vec![message(1), message(0), message(1)]);
     }
 
     #[test]

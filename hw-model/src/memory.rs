@@ -159,7 +159,10 @@ impl Backing {
     /// Copies bytes in at `offset`; false if out of range.
     pub fn write_at(&self, offset: usize, data: &[u8]) -> bool {
         let mut bytes = self.bytes.write().unwrap_or_else(|e| e.into_inner());
-        match offset.checked_add(data.len()).and_then(|end| bytes.get_mut(offset..end)) {
+        match offset
+            .checked_add(data.len())
+            .and_then(|end| bytes.get_mut(offset..end))
+        {
             Some(dst) => {
                 dst.copy_from_slice(data);
                 true
@@ -197,7 +200,14 @@ impl PagedMemory {
 
     /// Maps `frame_count` frames of `backing` starting at its frame `first_frame` to the
     /// frame-aligned bus address `address`, contiguously.
-    pub fn map_contiguous(&self, address: u64, backing: &Arc<Backing>, first_frame: usize, frame_count: usize, writable: bool) {
+    pub fn map_contiguous(
+        &self,
+        address: u64,
+        backing: &Arc<Backing>,
+        first_frame: usize,
+        frame_count: usize,
+        writable: bool,
+    ) {
         for i in 0..frame_count {
             self.map_frame(address + i as u64 * FRAME_SIZE, backing, first_frame + i, writable);
         }
@@ -209,7 +219,11 @@ impl PagedMemory {
         let mut frames = self.frames.write().unwrap_or_else(|e| e.into_inner());
         frames.insert(
             address / FRAME_SIZE,
-            Frame { backing: backing.clone(), offset: frame * FRAME_SIZE as usize, writable },
+            Frame {
+                backing: backing.clone(),
+                offset: frame * FRAME_SIZE as usize,
+                writable,
+            },
         );
     }
 
@@ -226,10 +240,19 @@ impl PagedMemory {
 
     /// Whether the frame holding `address` is mapped.
     pub fn is_mapped(&self, address: u64) -> bool {
-        self.frames.read().unwrap_or_else(|e| e.into_inner()).contains_key(&(address / FRAME_SIZE))
+        self.frames
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&(address / FRAME_SIZE))
     }
 
-    fn access(&self, kind: AccessKind, address: u64, length: usize, mut each: impl FnMut(&Frame, usize, std::ops::Range<usize>) -> bool) -> Result<(), MemoryError> {
+    fn access(
+        &self,
+        kind: AccessKind,
+        address: u64,
+        length: usize,
+        mut each: impl FnMut(&Frame, usize, std::ops::Range<usize>) -> bool,
+    ) -> Result<(), MemoryError> {
         if address.checked_add(length as u64).is_none() {
             return Err(MemoryError::Overflow { kind, address, length });
         }
@@ -241,7 +264,12 @@ impl PagedMemory {
                 let current = address + done as u64;
                 let in_frame = (current % FRAME_SIZE) as usize;
                 let chunk = (FRAME_SIZE as usize - in_frame).min(length - done);
-                let unmapped = MemoryError::Unmapped { kind, address, length, unmapped: current };
+                let unmapped = MemoryError::Unmapped {
+                    kind,
+                    address,
+                    length,
+                    unmapped: current,
+                };
                 let frame = frames.get(&(current / FRAME_SIZE)).ok_or(unmapped)?;
                 if kind == AccessKind::Write && !frame.writable {
                     return Err(MemoryError::Permission { kind, address: current });
@@ -310,12 +338,20 @@ mod tests {
         let err = memory.write(0xFFE, &[9; 4]).unwrap_err();
         assert_eq!(
             err,
-            MemoryError::Unmapped { kind: AccessKind::Write, address: 0xFFE, length: 4, unmapped: 0x1000 }
+            MemoryError::Unmapped {
+                kind: AccessKind::Write,
+                address: 0xFFE,
+                length: 4,
+                unmapped: 0x1000
+            }
         );
         let mut first = [0u8; 2];
         assert!(backing.read_at(0xFFE, &mut first));
         assert_eq!(first, [0, 0], "a failed write must not write its mapped part");
-        assert!(matches!(memory.read(u64::MAX - 1, &mut [0; 4]), Err(MemoryError::Overflow { .. })));
+        assert!(matches!(
+            memory.read(u64::MAX - 1, &mut [0; 4]),
+            Err(MemoryError::Overflow { .. })
+        ));
     }
 
     #[test]
@@ -324,7 +360,10 @@ mod tests {
         let backing = Backing::zeroed(FRAME_SIZE as usize);
         memory.map_frame(0x2000, &backing, 0, false);
         assert!(memory.read_u64(0x2000).is_ok());
-        assert!(matches!(memory.write_u64(0x2000, 1), Err(MemoryError::Permission { .. })));
+        assert!(matches!(
+            memory.write_u64(0x2000, 1),
+            Err(MemoryError::Permission { .. })
+        ));
     }
 
     #[test]

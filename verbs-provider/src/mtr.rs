@@ -205,13 +205,11 @@ pub fn build_mtr(
 
     if direct {
         let root = pages[0];
-        if root % DIRECT_ROOT_ALIGNMENT != 0 {
+        if !is_aligned(root, DIRECT_ROOT_ALIGNMENT) {
             return Err(MtrBuildError::MisalignedRoot { address: root });
         }
         for (page, &found) in pages.iter().enumerate() {
-            let expected = (page as u64)
-                .checked_mul(page_size)
-                .and_then(|o| root.checked_add(o));
+            let expected = (page as u64).checked_mul(page_size).and_then(|o| root.checked_add(o));
             if expected != Some(found) {
                 return Err(MtrBuildError::NotContiguous {
                     page,
@@ -230,7 +228,7 @@ pub fn build_mtr(
         if address == 0 {
             return Err(MtrBuildError::NullPage { page });
         }
-        if address % page_size != 0 {
+        if !is_aligned(address, page_size) {
             return Err(MtrBuildError::MisalignedPage {
                 page,
                 address,
@@ -242,7 +240,7 @@ pub fn build_mtr(
     let unit = 1usize << (request.ba_page_shift - 3);
     let mut allocate = || -> Result<u64, MtrBuildError> {
         let address = allocate_bt_page()?;
-        if address == 0 || address % BT_ENTRY_SIZE != 0 {
+        if address == 0 || !is_aligned(address, BT_ENTRY_SIZE) {
             return Err(MtrBuildError::BadBtPage { address });
         }
         Ok(address)
@@ -292,9 +290,7 @@ fn validate_request(request: &MtrBuildRequest<'_>) -> Result<bool, MtrBuildError
     }
     let regions = request.regions;
     if regions.is_empty() || regions.len() > MAX_REGIONS {
-        return Err(MtrBuildError::RegionCount {
-            count: regions.len(),
-        });
+        return Err(MtrBuildError::RegionCount { count: regions.len() });
     }
     for (region, r) in regions.iter().enumerate() {
         if r.hop > MAX_HOP {
@@ -310,9 +306,7 @@ fn validate_request(request: &MtrBuildRequest<'_>) -> Result<bool, MtrBuildError
             hop: regions[region].hop,
         });
     }
-    let regions_total = regions
-        .iter()
-        .fold(0u64, |sum, r| sum.saturating_add(r.page_count));
+    let regions_total = regions.iter().fold(0u64, |sum, r| sum.saturating_add(r.page_count));
     if regions_total != request.pages.len() as u64 {
         return Err(MtrBuildError::PageCountMismatch {
             regions_total,
@@ -384,6 +378,11 @@ pub fn context_table_location(
     (l0, entries, offset_in_chunk)
 }
 
+/// Whether `value` is a multiple of the power of two `alignment`.
+const fn is_aligned(value: u64, alignment: u64) -> bool {
+    value & (alignment - 1) == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,10 +406,7 @@ mod tests {
 
     #[test]
     fn direct_mode_needs_contiguous_pages_and_allocates_nothing() {
-        let regions = [MtrRegion {
-            page_count: 3,
-            hop: 0,
-        }];
+        let regions = [MtrRegion { page_count: 3, hop: 0 }];
         let pages = [0x10_0000, 0x10_1000, 0x10_2000];
         let request = MtrBuildRequest {
             ba_page_shift: 12,
@@ -424,14 +420,7 @@ mod tests {
         assert!(built.bt_pages.is_empty());
 
         let gap = [0x10_0000, 0x10_1000, 0x10_3000];
-        let err = build_mtr(
-            &MtrBuildRequest {
-                pages: &gap,
-                ..request
-            },
-            &mut never,
-        )
-        .unwrap_err();
+        let err = build_mtr(&MtrBuildRequest { pages: &gap, ..request }, &mut never).unwrap_err();
         assert_eq!(
             err,
             MtrBuildError::NotContiguous {
@@ -451,10 +440,7 @@ mod tests {
                 page_count: 600,
                 hop: 2,
             },
-            MtrRegion {
-                page_count: 3,
-                hop: 1,
-            },
+            MtrRegion { page_count: 3, hop: 1 },
         ];
         let pages: Vec<u64> = (1..=603).map(|i| i << 12).collect();
         let mut next = 0x8000_0000;

@@ -351,10 +351,7 @@ mod tests {
         assert_eq!(ServiceType::try_from(5), Ok(ServiceType::Xrc));
         assert_eq!(
             ServiceType::try_from(4),
-            Err(ContextError::InvalidValue {
-                field: "TST",
-                value: 4
-            })
+            Err(ContextError::InvalidValue { field: "TST", value: 4 })
         );
         assert_eq!(CqArmState::try_from(2), Ok(CqArmState::NextCompletion));
         assert!(CqArmState::try_from(1).is_err());
@@ -381,23 +378,14 @@ mod tests {
             assert_eq!(Mtu::from_bytes(m.bytes()), Some(*m));
         }
         assert_eq!(Mtu::from_bytes(1500), None);
-        assert_eq!(
-            Mtu::try_from(0).err().unwrap().to_string(),
-            "MTU: invalid value 0x0"
-        );
+        assert_eq!(Mtu::try_from(0).err().unwrap().to_string(), "MTU: invalid value 0x0");
     }
 
     #[test]
     fn entry_sizes() {
         assert_eq!(CqeSize::Bytes32.bytes(), 32);
         assert_eq!(CqeSize::Bytes64.bytes(), 64);
-        assert_eq!(
-            (EqeSize::Compact.ceqe_bytes(), EqeSize::Compact.aeqe_bytes()),
-            (4, 16)
-        );
-        assert_eq!(
-            (EqeSize::Bytes64.ceqe_bytes(), EqeSize::Bytes64.aeqe_bytes()),
-            (64, 64)
-        );
+        assert_eq!((EqeSize::Compact.ceqe_bytes(), EqeSize::Compact.aeqe_bytes()), (4, 16));
+        assert_eq!((EqeSize::Bytes64.ceqe_bytes(), EqeSize::Bytes64.aeqe_bytes()), (64, 64));
     }
 }

@@ -381,10 +381,7 @@ mod tests {
         assert_eq!(q.protection_domain(), 0x12_3456);
         assert_eq!(q.mtu(), Ok(Mtu::Mtu4096));
         assert_eq!(q.dgid(), GID);
-        assert_eq!(
-            q.dgid_low(),
-            u64::from_le_bytes(GID[..8].try_into().unwrap())
-        );
+        assert_eq!(q.dgid_low(), u64::from_le_bytes(GID[..8].try_into().unwrap()));
         assert_eq!(q.dgid_high(), 0x5544_33fe_ff22_1102);
         assert_eq!(q.dmac(), MAC);
         assert_eq!(q.dmac_raw(), 0xccbb_aa00_0002);
@@ -487,19 +484,10 @@ mod tests {
         q.set_service_type_raw(4);
         assert_eq!(
             q.service_type(),
-            Err(ContextError::InvalidValue {
-                field: "TST",
-                value: 4
-            })
+            Err(ContextError::InvalidValue { field: "TST", value: 4 })
         );
         q.set_mtu_raw(0);
-        assert_eq!(
-            q.mtu(),
-            Err(ContextError::InvalidValue {
-                field: "MTU",
-                value: 0
-            })
-        );
+        assert_eq!(q.mtu(), Err(ContextError::InvalidValue { field: "MTU", value: 0 }));
         q.set_mtu_raw(6);
         assert!(q.mtu().is_err());
         // Every 3-bit QP_ST value is a defined state.

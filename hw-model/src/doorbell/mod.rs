@@ -16,14 +16,26 @@ impl Device {
         let tag = doorbell.tag();
         if doorbell.flag() {
             self.counters.doorbells_dropped += 1;
-            self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "FLAG", 1, "0 (direct WQE is not supported)");
+            self.diagnose(
+                Source::Doorbell,
+                format!("doorbell page {page}"),
+                "FLAG",
+                1,
+                "0 (direct WQE is not supported)",
+            );
             return;
         }
         let command = match DoorbellCommand::try_from(doorbell.command()) {
             Ok(command) => command,
             Err(_) => {
                 self.counters.doorbells_dropped += 1;
-                self.diagnose(Source::Doorbell, format!("doorbell page {page}"), "CMD", doorbell.command() as u64, "0 SQ, 1 RQ, 2 SRQ, 3 CQ set-CI, 4 CQ arm");
+                self.diagnose(
+                    Source::Doorbell,
+                    format!("doorbell page {page}"),
+                    "CMD",
+                    doorbell.command() as u64,
+                    "0 SQ, 1 RQ, 2 SRQ, 3 CQ set-CI, 4 CQ arm",
+                );
                 return;
             }
         };

@@ -32,8 +32,14 @@ impl Device {
                 );
             }
             regs::CSQ_BASE_LOW => {
-                if value % DESCRIPTOR_SIZE as u32 != 0 {
-                    self.diagnose(Source::CommandQueue, "command queue", "CSQ_BASE_LOW", value as u64, "a 32-byte aligned ring address");
+                if value & (DESCRIPTOR_SIZE as u32 - 1) != 0 {
+                    self.diagnose(
+                        Source::CommandQueue,
+                        "command queue",
+                        "CSQ_BASE_LOW",
+                        value as u64,
+                        "a 32-byte aligned ring address",
+                    );
                 }
                 self.cmdq.base = (self.cmdq.base & !0xFFFF_FFFF) | value as u64;
             }
@@ -55,9 +61,21 @@ impl Device {
             }
             regs::CSQ_CONSUMER_INDEX => {
                 if busy {
-                    self.diagnose(Source::CommandQueue, "command queue", "CSQ_CONSUMER_INDEX", value as u64, "CI written only while the ring is idle");
+                    self.diagnose(
+                        Source::CommandQueue,
+                        "command queue",
+                        "CSQ_CONSUMER_INDEX",
+                        value as u64,
+                        "CI written only while the ring is idle",
+                    );
                 } else if value >= self.cmdq.depth().max(1) {
-                    self.diagnose(Source::CommandQueue, "command queue", "CSQ_CONSUMER_INDEX", value as u64, format!("an index below the ring depth {}", self.cmdq.depth()));
+                    self.diagnose(
+                        Source::CommandQueue,
+                        "command queue",
+                        "CSQ_CONSUMER_INDEX",
+                        value as u64,
+                        format!("an index below the ring depth {}", self.cmdq.depth()),
+                    );
                 } else {
                     self.cmdq.consumer_index = value;
                     self.cmdq.producer_index = value;
@@ -71,7 +89,13 @@ impl Device {
     fn command_queue_producer_write(&mut self, value: u32) {
         let depth = self.cmdq.depth();
         if depth == 0 || self.cmdq.base == 0 {
-            self.diagnose(Source::CommandQueue, "command queue", "CSQ_PRODUCER_INDEX", value as u64, "CSQ_BASE and CSQ_DEPTH programmed before the producer index");
+            self.diagnose(
+                Source::CommandQueue,
+                "command queue",
+                "CSQ_PRODUCER_INDEX",
+                value as u64,
+                "CSQ_BASE and CSQ_DEPTH programmed before the producer index",
+            );
             self.raise_abnormal(regs::ABNORMAL_CMDQ_FATAL);
             return;
         }
@@ -109,7 +133,13 @@ impl Device {
             let address = self.cmdq.base.wrapping_add(slot as u64 * DESCRIPTOR_SIZE as u64);
             let mut descriptor = Descriptor::zeroed();
             if let Err(error) = self.dma_read(address, descriptor.bytes_mut()) {
-                self.diagnose(Source::CommandQueue, format!("cmdq descriptor {slot}"), "CSQ_BASE", self.cmdq.base, format!("a ring in mapped host memory ({error})"));
+                self.diagnose(
+                    Source::CommandQueue,
+                    format!("cmdq descriptor {slot}"),
+                    "CSQ_BASE",
+                    self.cmdq.base,
+                    format!("a ring in mapped host memory ({error})"),
+                );
                 self.registers.fatal = true;
                 self.raise_abnormal(regs::ABNORMAL_CMDQ_FATAL);
                 return;
@@ -138,7 +168,13 @@ impl Device {
             descriptor.set_return_value(code as u16);
             descriptor.set_flags_raw(descriptor.flags_raw() | DescriptorFlags::OUT.bits());
             if let Err(error) = self.dma_write(*address, descriptor.bytes()) {
-                self.diagnose(Source::CommandQueue, "command queue", "CSQ_BASE", self.cmdq.base, format!("a writable ring ({error})"));
+                self.diagnose(
+                    Source::CommandQueue,
+                    "command queue",
+                    "CSQ_BASE",
+                    self.cmdq.base,
+                    format!("a writable ring ({error})"),
+                );
                 self.registers.fatal = true;
                 self.raise_abnormal(regs::ABNORMAL_CMDQ_FATAL);
                 return;
@@ -157,7 +193,13 @@ impl Device {
         let first = chain[0];
         let slot = self.cmdq.consumer_index;
         let Some(opcode) = Opcode::from_raw(first.opcode()) else {
-            self.diagnose(Source::CommandQueue, format!("cmdq descriptor {slot}"), "OPCODE", first.opcode() as u64, "an opcode listed in docs/register-map.md");
+            self.diagnose(
+                Source::CommandQueue,
+                format!("cmdq descriptor {slot}"),
+                "OPCODE",
+                first.opcode() as u64,
+                "an opcode listed in docs/register-map.md",
+            );
             return ReturnCode::NotExist;
         };
         if chain.len() != opcode.descriptor_count() {
@@ -171,11 +213,23 @@ impl Device {
             return ReturnCode::NextError;
         }
         if let Some(other) = chain.iter().find(|d| d.opcode() != first.opcode()) {
-            self.diagnose(Source::CommandQueue, format!("cmdq descriptor {slot} ({opcode:?})"), "OPCODE", other.opcode() as u64, "the same opcode in every chained descriptor");
+            self.diagnose(
+                Source::CommandQueue,
+                format!("cmdq descriptor {slot} ({opcode:?})"),
+                "OPCODE",
+                other.opcode() as u64,
+                "the same opcode in every chained descriptor",
+            );
             return ReturnCode::NextError;
         }
         if !first.flags().contains(DescriptorFlags::IN) {
-            self.diagnose(Source::CommandQueue, format!("cmdq descriptor {slot} ({opcode:?})"), "FLAG.IN", first.flags_raw() as u64, "the IN flag set by the driver");
+            self.diagnose(
+                Source::CommandQueue,
+                format!("cmdq descriptor {slot} ({opcode:?})"),
+                "FLAG.IN",
+                first.flags_raw() as u64,
+                "the IN flag set by the driver",
+            );
             return ReturnCode::ParameterError;
         }
         let read = first.flags().contains(DescriptorFlags::WR);
@@ -238,7 +292,13 @@ impl Device {
             Opcode::FunctionClear => {
                 let request = FunctionClear::parse(chain[0].data()).expect("fixed size");
                 if request.function_id() != 0 {
-                    self.diagnose(Source::CommandQueue, "FUNC_CLEAR", "FUNC_ID", request.function_id() as u64, "function 0 (the device has one function)");
+                    self.diagnose(
+                        Source::CommandQueue,
+                        "FUNC_CLEAR",
+                        "FUNC_ID",
+                        request.function_id() as u64,
+                        "function 0 (the device has one function)",
+                    );
                     return ReturnCode::ParameterError;
                 }
                 if !read {
@@ -263,7 +323,13 @@ impl Device {
         }
         let request = GlobalParam::parse(descriptor.data()).expect("fixed size");
         if request.udp_port() == 0 {
-            self.diagnose(Source::CommandQueue, "CFG_GLOBAL_PARAM", "UDP_PORT", 0, "a non-zero UDP port (RoCEv2 uses 4791)");
+            self.diagnose(
+                Source::CommandQueue,
+                "CFG_GLOBAL_PARAM",
+                "UDP_PORT",
+                0,
+                "a non-zero UDP port (RoCEv2 uses 4791)",
+            );
             return ReturnCode::ParameterError;
         }
         self.firmware.cycles_per_microsecond = Some(request.cycles_per_microsecond());
@@ -276,7 +342,13 @@ impl Device {
         let index = request.index() as usize;
         if index >= self.firmware.gids.len() {
             let len = self.firmware.gids.len();
-            self.diagnose(Source::CommandQueue, "CFG_SGID_TB", "SGID_IDX", index as u64, format!("an index below the GID table length {len}"));
+            self.diagnose(
+                Source::CommandQueue,
+                "CFG_SGID_TB",
+                "SGID_IDX",
+                index as u64,
+                format!("an index below the GID table length {len}"),
+            );
             return ReturnCode::ParameterError;
         }
         if read {
@@ -293,7 +365,13 @@ impl Device {
             1 => GidType::RoceV2Ipv4,
             2 => GidType::RoceV2Ipv6,
             other => {
-                self.diagnose(Source::CommandQueue, "CFG_SGID_TB", "SGID_TYPE", other as u64, "0 (RoCEv1), 1 (RoCEv2/IPv4) or 2 (RoCEv2/IPv6)");
+                self.diagnose(
+                    Source::CommandQueue,
+                    "CFG_SGID_TB",
+                    "SGID_TYPE",
+                    other as u64,
+                    "0 (RoCEv1), 1 (RoCEv2/IPv4) or 2 (RoCEv2/IPv6)",
+                );
                 return ReturnCode::ParameterError;
             }
         };
@@ -307,7 +385,13 @@ impl Device {
         let index = request.index() as usize;
         if index >= self.firmware.smacs.len() {
             let len = self.firmware.smacs.len();
-            self.diagnose(Source::CommandQueue, "CFG_SMAC_TB", "SMAC_IDX", index as u64, format!("an index below the SMAC table length {len}"));
+            self.diagnose(
+                Source::CommandQueue,
+                "CFG_SMAC_TB",
+                "SMAC_IDX",
+                index as u64,
+                format!("an index below the SMAC table length {len}"),
+            );
             return ReturnCode::ParameterError;
         }
         if read {
@@ -318,7 +402,13 @@ impl Device {
         }
         let mac = request.mac();
         if mac[0] & 1 != 0 {
-            self.diagnose(Source::CommandQueue, "CFG_SMAC_TB", "SMAC", u64::from_be_bytes([0, 0, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]]), "a unicast MAC address");
+            self.diagnose(
+                Source::CommandQueue,
+                "CFG_SMAC_TB",
+                "SMAC",
+                u64::from_be_bytes([0, 0, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]]),
+                "a unicast MAC address",
+            );
             return ReturnCode::ParameterError;
         }
         self.firmware.smacs[index] = Some(mac);
@@ -328,7 +418,13 @@ impl Device {
     fn command_post_mailbox(&mut self, descriptor: &Descriptor) -> ReturnCode {
         let post = PostMailbox::parse(descriptor.data()).expect("fixed size");
         if self.firmware.mailbox_queue.len() >= MAILBOX_QUEUE_DEPTH {
-            self.diagnose(Source::Mailbox, "mailbox", "POST_MB", post.command() as u64, format!("at most {MAILBOX_QUEUE_DEPTH} outstanding mailbox commands"));
+            self.diagnose(
+                Source::Mailbox,
+                "mailbox",
+                "POST_MB",
+                post.command() as u64,
+                format!("at most {MAILBOX_QUEUE_DEPTH} outstanding mailbox commands"),
+            );
             return ReturnCode::NotExecuted;
         }
         if self.firmware.mailbox_queue.is_empty() {
@@ -343,18 +439,48 @@ impl Device {
         let request = BaseAddressTableAttributes::parse(descriptor.data()).expect("fixed size");
         let in_use = self.context_table_slots_in_use().iter().sum::<usize>();
         if in_use != 0 {
-            self.diagnose(Source::CommandQueue, "CFG_BT_ATTR", "context tables in use", in_use as u64, "attributes changed only before any base address is written");
+            self.diagnose(
+                Source::CommandQueue,
+                "CFG_BT_ATTR",
+                "context tables in use",
+                in_use as u64,
+                "attributes changed only before any base address is written",
+            );
             return ReturnCode::NotExecuted;
         }
         let requested = [
-            ("QPC", request.qpc_ba_page_size(), request.qpc_buffer_page_size(), request.qpc_hop_number()),
-            ("MPT", request.mpt_ba_page_size(), request.mpt_buffer_page_size(), request.mpt_hop_number()),
-            ("CQC", request.cqc_ba_page_size(), request.cqc_buffer_page_size(), request.cqc_hop_number()),
-            ("SRQC", request.srqc_ba_page_size(), request.srqc_buffer_page_size(), request.srqc_hop_number()),
+            (
+                "QPC",
+                request.qpc_ba_page_size(),
+                request.qpc_buffer_page_size(),
+                request.qpc_hop_number(),
+            ),
+            (
+                "MPT",
+                request.mpt_ba_page_size(),
+                request.mpt_buffer_page_size(),
+                request.mpt_hop_number(),
+            ),
+            (
+                "CQC",
+                request.cqc_ba_page_size(),
+                request.cqc_buffer_page_size(),
+                request.cqc_hop_number(),
+            ),
+            (
+                "SRQC",
+                request.srqc_ba_page_size(),
+                request.srqc_buffer_page_size(),
+                request.srqc_hop_number(),
+            ),
         ];
         let mut attributes = Vec::with_capacity(4);
         for (name, ba, buffer, hop) in requested {
-            let candidate = ContextTableAttributes { ba_page_shift: 12 + ba as u32, buffer_page_shift: 12 + buffer as u32, hop };
+            let candidate = ContextTableAttributes {
+                ba_page_shift: 12 + ba as u32,
+                buffer_page_shift: 12 + buffer as u32,
+                hop,
+            };
             let table = match name {
                 "QPC" => &self.tables.qpc,
                 "MPT" => &self.tables.mpt,
@@ -362,14 +488,25 @@ impl Device {
                 _ => &self.tables.srqc,
             };
             if let Err(error) = table.clone().set_attributes(candidate) {
-                self.diagnose(Source::CommandQueue, format!("CFG_BT_ATTR {name}"), "attributes", hop as u64, error.to_string());
+                self.diagnose(
+                    Source::CommandQueue,
+                    format!("CFG_BT_ATTR {name}"),
+                    "attributes",
+                    hop as u64,
+                    error.to_string(),
+                );
                 return ReturnCode::ParameterError;
             }
             attributes.push(candidate);
         }
         let [qpc, mpt, cqc, srqc] = attributes.try_into().expect("four tables");
         let tables = &mut self.tables;
-        for (table, attrs) in [(&mut tables.qpc, qpc), (&mut tables.mpt, mpt), (&mut tables.cqc, cqc), (&mut tables.srqc, srqc)] {
+        for (table, attrs) in [
+            (&mut tables.qpc, qpc),
+            (&mut tables.mpt, mpt),
+            (&mut tables.cqc, cqc),
+            (&mut tables.srqc, srqc),
+        ] {
             table.set_attributes(attrs).expect("checked above");
         }
         self.firmware.attributes_configured = true;

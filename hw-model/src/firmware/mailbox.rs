@@ -19,10 +19,14 @@ enum Output {
 impl Device {
     /// Completes the mailbox command at the head of the queue.
     pub(crate) fn complete_mailbox(&mut self) {
-        let Some(post) = self.firmware.mailbox_queue.pop_front() else { return };
+        let Some(post) = self.firmware.mailbox_queue.pop_front() else {
+            return;
+        };
         let tag = post.tag();
         let result = match MailboxOpcode::from_raw(post.command()) {
-            Some(opcode) => self.execute_mailbox(opcode, &post).map_err(|rejection| (Some(opcode), rejection)),
+            Some(opcode) => self
+                .execute_mailbox(opcode, &post)
+                .map_err(|rejection| (Some(opcode), rejection)),
             None => Err((
                 None,
                 Rejection {
@@ -40,7 +44,13 @@ impl Device {
                     Some(op) => format!("mailbox {op:?} tag {tag:#x}"),
                     None => format!("mailbox command {:#x} tag {tag:#x}", post.command()),
                 };
-                self.diagnose(Source::Mailbox, object, rejection.field, rejection.value, rejection.expected);
+                self.diagnose(
+                    Source::Mailbox,
+                    object,
+                    rejection.field,
+                    rejection.value,
+                    rejection.expected,
+                );
                 rejection.status
             }
         };
@@ -57,7 +67,8 @@ impl Device {
 
     fn read_mailbox<L: Layout>(&mut self, address: u64, field: &'static str) -> Result<L, Rejection> {
         let mut value = L::zeroed();
-        self.dma_read(address, value.bytes_mut()).map_err(|e| Rejection::dma(field, address, e))?;
+        self.dma_read(address, value.bytes_mut())
+            .map_err(|e| Rejection::dma(field, address, e))?;
         Ok(value)
     }
 
@@ -141,12 +152,20 @@ impl Device {
         };
         if let Output::Bytes(bytes) = output {
             let address = post.out_param();
-            self.dma_write(address, &bytes).map_err(|e| Rejection::dma("OUT_PARAM", address, e))?;
+            self.dma_write(address, &bytes)
+                .map_err(|e| Rejection::dma("OUT_PARAM", address, e))?;
         }
         Ok(())
     }
 
-    fn base_address_table_command(&mut self, table: ContextTable, command: BtCommand, level: u8, index: u32, address: u64) -> Result<Output, Rejection> {
+    fn base_address_table_command(
+        &mut self,
+        table: ContextTable,
+        command: BtCommand,
+        level: u8,
+        index: u32,
+        address: u64,
+    ) -> Result<Output, Rejection> {
         let memory = self.memory.clone();
         let bus_master = self.config_space.bus_master_enabled();
         let context_table = match table {

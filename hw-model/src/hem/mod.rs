@@ -309,12 +309,7 @@ impl ContextTable {
     ///
     /// # Panics
     /// If `object_size` is 0 (a device constant, never driver input).
-    pub fn new(
-        name: &'static str,
-        object_size: u64,
-        object_count: u32,
-        l0_slot_count: usize,
-    ) -> Self {
+    pub fn new(name: &'static str, object_size: u64, object_count: u32, l0_slot_count: usize) -> Self {
         assert!(object_size > 0, "{name}: object size must be non-zero");
         Self {
             name,
@@ -439,22 +434,13 @@ impl ContextTable {
     /// `WRITE_<T>_BT<level>` with tag = `index`: level 0 stores `address` in the object's
     /// L0 slot; levels 1..=hop are only validated (the device reads them from the host BT
     /// pages). The address must be non-zero and 4 KiB aligned.
-    pub fn write_base_address(
-        &mut self,
-        index: u32,
-        level: u8,
-        address: u64,
-    ) -> Result<(), HemError> {
+    pub fn write_base_address(&mut self, index: u32, level: u8, address: u64) -> Result<(), HemError> {
         let location = self.check_level(index, level)?;
         let table = self.name;
         if address == 0 {
-            return Err(HemError::NullAddress {
-                table,
-                index,
-                level,
-            });
+            return Err(HemError::NullAddress { table, index, level });
         }
-        if address % HEM_ADDRESS_ALIGNMENT != 0 {
+        if !is_aligned(address, HEM_ADDRESS_ALIGNMENT) {
             return Err(HemError::MisalignedAddress {
                 table,
                 index,
@@ -488,12 +474,7 @@ impl ContextTable {
     /// `READ_<T>_BT<level>` with tag = `index`: level 0 returns the L0 slot; level `k ≥ 1`
     /// walks the host BT pages and returns the level-`k` address found (a BT page, or the
     /// buffer chunk when `k = hop`).
-    pub fn read_base_address(
-        &self,
-        memory: &dyn HostMemory,
-        index: u32,
-        level: u8,
-    ) -> Result<u64, HemError> {
+    pub fn read_base_address(&self, memory: &dyn HostMemory, index: u32, level: u8) -> Result<u64, HemError> {
         let location = self.check_level(index, level)?;
         self.walk(memory, index, &location, level)
     }
@@ -521,8 +502,7 @@ impl ContextTable {
     }
 
     fn require_attributes(&self) -> Result<ContextTableAttributes, HemError> {
-        self.attributes
-            .ok_or(HemError::NoAttributes { table: self.name })
+        self.attributes.ok_or(HemError::NoAttributes { table: self.name })
     }
 
     fn check_index(&self, index: u32) -> Result<(), HemError> {
@@ -552,21 +532,14 @@ impl ContextTable {
 
     /// The level-`to_level` address of object `index`: the L0 slot, then one host BT
     /// entry per level.
-    fn walk(
-        &self,
-        memory: &dyn HostMemory,
-        index: u32,
-        location: &HemLocation,
-        to_level: u8,
-    ) -> Result<u64, HemError> {
+    fn walk(&self, memory: &dyn HostMemory, index: u32, location: &HemLocation, to_level: u8) -> Result<u64, HemError> {
         let table = self.name;
         let hop = self.require_attributes()?.hop;
-        let mut address =
-            self.l0_slots[location.l0 as usize].ok_or(HemError::SlotEmpty {
-                table,
-                index,
-                slot: location.l0,
-            })?;
+        let mut address = self.l0_slots[location.l0 as usize].ok_or(HemError::SlotEmpty {
+            table,
+            index,
+            slot: location.l0,
+        })?;
         for level in 0..to_level {
             let bt_page = address;
             let entry = location.entries[usize::from(level)];
@@ -578,18 +551,17 @@ impl ContextTable {
                 entry,
                 source,
             };
-            let entry_address = bt_page.checked_add(entry * BT_ENTRY_SIZE).ok_or(
-                unreachable(MemoryError::Overflow {
-                    kind: crate::memory::AccessKind::Read,
-                    address: bt_page,
-                    length: BT_ENTRY_SIZE as usize,
-                }),
-            )?;
+            let entry_address =
+                bt_page
+                    .checked_add(entry * BT_ENTRY_SIZE)
+                    .ok_or(unreachable(MemoryError::Overflow {
+                        kind: crate::memory::AccessKind::Read,
+                        address: bt_page,
+                        length: BT_ENTRY_SIZE as usize,
+                    }))?;
             let value = memory.read_u64(entry_address).map_err(unreachable)?;
             let expected = if level + 1 == hop {
-                HemTarget::Chunk {
-                    chunk: location.chunk,
-                }
+                HemTarget::Chunk { chunk: location.chunk }
             } else {
                 HemTarget::BtPage { level: level + 1 }
             };
@@ -604,7 +576,7 @@ impl ContextTable {
                     expected,
                 });
             }
-            if value % HEM_ADDRESS_ALIGNMENT != 0 {
+            if !is_aligned(value, HEM_ADDRESS_ALIGNMENT) {
                 return Err(HemError::MisalignedEntry {
                     table,
                     index,
@@ -620,4 +592,9 @@ impl ContextTable {
         }
         Ok(address)
     }
+}
+
+/// Whether `value` is a multiple of the power of two `alignment`.
+const fn is_aligned(value: u64, alignment: u64) -> bool {
+    value & (alignment - 1) == 0
 }

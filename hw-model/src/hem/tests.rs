@@ -151,13 +151,7 @@ fn run_lazy_seed(seed: u64, space: &mut TestSpace) -> Result<(), String> {
             ));
         }
         let location = table.location(index).map_err(|e| format!("{describe}: {e}"))?;
-        let driver_view = context_table_location(
-            u64::from(index),
-            object_size,
-            buffer_page_shift,
-            ba_page_shift,
-            hop,
-        );
+        let driver_view = context_table_location(u64::from(index), object_size, buffer_page_shift, ba_page_shift, hop);
         if (location.l0, location.entries, location.offset_in_chunk) != driver_view {
             return Err(format!(
                 "{describe}: object {index}: device location {location:?} != driver {driver_view:?}"
@@ -167,7 +161,9 @@ fn run_lazy_seed(seed: u64, space: &mut TestSpace) -> Result<(), String> {
             .read_base_address(&space.memory, index, hop)
             .map_err(|e| format!("{describe}: READ_BT{hop}({index}): {e}"))?;
         if last_level != chunk {
-            return Err(format!("{describe}: READ_BT{hop}({index}) = {last_level:#x}, expected chunk {chunk:#x}"));
+            return Err(format!(
+                "{describe}: READ_BT{hop}({index}) = {last_level:#x}, expected chunk {chunk:#x}"
+            ));
         }
     }
     if table.valid_l0_slots() != driver.slots.len() {
@@ -237,9 +233,7 @@ fn a_table_is_an_mtr_per_l0_slot() {
                     pages: in_slot,
                 };
                 let bt_size = 1u64 << ba_page_shift;
-                let built =
-                    build_mtr(&request, &mut || Ok(space.alloc_bt_page(&mut rng, bt_size)))
-                        .unwrap();
+                let built = build_mtr(&request, &mut || Ok(space.alloc_bt_page(&mut rng, bt_size))).unwrap();
                 for page in &built.bt_pages {
                     space.memory.write(page.address, &page.to_bytes()).unwrap();
                 }
@@ -257,8 +251,7 @@ fn a_table_is_an_mtr_per_l0_slot() {
         indices.extend((0..200).map(|_| rng.below(u64::from(object_count)) as u32));
         for index in indices {
             let t = u64::from(index) / chunk_objects;
-            let expected =
-                chunk_addresses[t as usize] + (u64::from(index) % chunk_objects) * object_size;
+            let expected = chunk_addresses[t as usize] + (u64::from(index) % chunk_objects) * object_size;
             assert_eq!(
                 table.locate(&space.memory, index),
                 Ok(expected),
@@ -345,7 +338,11 @@ fn indices_beyond_the_table_or_its_slots_are_rejected() {
     );
     assert!(matches!(
         table.write_base_address(0, 0, 0x1800),
-        Err(HemError::MisalignedAddress { address: 0x1800, alignment: 4096, .. })
+        Err(HemError::MisalignedAddress {
+            address: 0x1800,
+            alignment: 4096,
+            ..
+        })
     ));
     assert_eq!(
         table.write_base_address(0, 1, 0),
@@ -400,7 +397,12 @@ fn zero_entries_and_unreachable_bt_pages_are_reported() {
     assert!(
         matches!(
             err,
-            HemError::BtUnreachable { level: 0, bt_page: 0x7000_0000, entry: 0, .. }
+            HemError::BtUnreachable {
+                level: 0,
+                bt_page: 0x7000_0000,
+                entry: 0,
+                ..
+            }
         ),
         "{err:?}"
     );
@@ -446,10 +448,22 @@ fn bad_attributes_are_rejected() {
             chunk_size: 4096
         }
     );
-    assert!(matches!(reject(&mut table, attrs(11, 13, 1)), HemError::BtPageShift { shift: 11, .. }));
-    assert!(matches!(reject(&mut table, attrs(22, 13, 1)), HemError::BtPageShift { shift: 22, .. }));
-    assert!(matches!(reject(&mut table, attrs(12, 31, 1)), HemError::BufferPageShift { shift: 31, .. }));
-    assert!(matches!(reject(&mut table, attrs(12, 13, 4)), HemError::Hop { hop: 4, .. }));
+    assert!(matches!(
+        reject(&mut table, attrs(11, 13, 1)),
+        HemError::BtPageShift { shift: 11, .. }
+    ));
+    assert!(matches!(
+        reject(&mut table, attrs(22, 13, 1)),
+        HemError::BtPageShift { shift: 22, .. }
+    ));
+    assert!(matches!(
+        reject(&mut table, attrs(12, 31, 1)),
+        HemError::BufferPageShift { shift: 31, .. }
+    ));
+    assert!(matches!(
+        reject(&mut table, attrs(12, 13, 4)),
+        HemError::Hop { hop: 4, .. }
+    ));
     assert_eq!(table.attributes(), None);
     table.set_attributes(attrs(12, 13, 3)).unwrap();
 }

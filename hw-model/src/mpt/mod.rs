@@ -123,30 +123,61 @@ impl Device {
         self.mpt_index(index)?;
         let (current, address) = self.read_context::<Mpt>(ContextTable::Mpt, index)?;
         if matches!(current.mpt_state(), Ok(MptState::Valid | MptState::Free)) {
-            return Err(Rejection::state("MPT_ST", current.mpt_state_raw() as u64, format!("MPT {index:#x} not already in use")));
+            return Err(Rejection::state(
+                "MPT_ST",
+                current.mpt_state_raw() as u64,
+                format!("MPT {index:#x} not already in use"),
+            ));
         }
         match mpt.mpt_state() {
             Ok(MptState::Valid | MptState::Free) => {}
-            _ => return Err(Rejection::parameter("MPT_ST", mpt.mpt_state_raw() as u64, "1 (valid) or 2 (free)")),
+            _ => {
+                return Err(Rejection::parameter(
+                    "MPT_ST",
+                    mpt.mpt_state_raw() as u64,
+                    "1 (valid) or 2 (free)",
+                ))
+            }
         }
         let caps = self.config.caps;
         let mask = caps.num_mtpts.next_power_of_two() - 1;
         if key_to_index(mpt.lkey()) & mask != index {
-            return Err(Rejection::parameter("LKEY", mpt.lkey() as u64, format!("a key whose rotr32(key, 8) is the MPT index {index:#x}")));
+            return Err(Rejection::parameter(
+                "LKEY",
+                mpt.lkey() as u64,
+                format!("a key whose rotr32(key, 8) is the MPT index {index:#x}"),
+            ));
         }
         if mpt.protection_domain() >= caps.num_pds {
-            return Err(Rejection::parameter("PD", mpt.protection_domain() as u64, format!("a PD number below {}", caps.num_pds)));
+            return Err(Rejection::parameter(
+                "PD",
+                mpt.protection_domain() as u64,
+                format!("a PD number below {}", caps.num_pds),
+            ));
         }
         if (mpt.remote_write_enable() || mpt.atomic_enable()) && !mpt.local_write_enable() {
-            return Err(Rejection::parameter("LW_EN", 0, "local write enabled whenever remote write or remote atomic is (IB rule)"));
+            return Err(Rejection::parameter(
+                "LW_EN",
+                0,
+                "local write enabled whenever remote write or remote atomic is (IB rule)",
+            ));
         }
         if mpt.memory_window() {
-            return Err(Rejection::parameter("MR_MW", 1, "0 (memory region); memory windows are not supported"));
+            return Err(Rejection::parameter(
+                "MR_MW",
+                1,
+                "0 (memory region); memory windows are not supported",
+            ));
         }
         if !mpt.physical_address() {
             let mtr = Self::mpt_mtr(&mpt);
-            mtr.validate().map_err(|e| Rejection::parameter("PBL_BA", mpt.pbl_base_address() << 3, e.to_string()))?;
-            let first_page_offset = if mpt.zero_based() { 0 } else { mpt.virtual_address() & (mtr.page_size() - 1) };
+            mtr.validate()
+                .map_err(|e| Rejection::parameter("PBL_BA", mpt.pbl_base_address() << 3, e.to_string()))?;
+            let first_page_offset = if mpt.zero_based() {
+                0
+            } else {
+                mpt.virtual_address() & (mtr.page_size() - 1)
+            };
             let covered = mtr.size();
             if first_page_offset.saturating_add(mpt.length()) > covered {
                 return Err(Rejection::parameter(
@@ -164,7 +195,11 @@ impl Device {
         self.mpt_index(index)?;
         let (mut current, address) = self.read_context::<Mpt>(ContextTable::Mpt, index)?;
         if !matches!(current.mpt_state(), Ok(MptState::Valid | MptState::Free)) {
-            return Err(Rejection::state("MPT_ST", current.mpt_state_raw() as u64, format!("MPT {index:#x} in use")));
+            return Err(Rejection::state(
+                "MPT_ST",
+                current.mpt_state_raw() as u64,
+                format!("MPT {index:#x} in use"),
+            ));
         }
         current.set_mpt_state_raw(0);
         self.write_context(address, &current)
@@ -178,7 +213,14 @@ impl Device {
 
     /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in
     /// `pd` needing `needed`, and returns how to translate it.
-    pub fn check_memory_access(&mut self, key: u32, pd: u32, address: u64, length: u64, needed: MrAccess) -> Result<MrTranslation, MrAccessError> {
+    pub fn check_memory_access(
+        &mut self,
+        key: u32,
+        pd: u32,
+        address: u64,
+        length: u64,
+        needed: MrAccess,
+    ) -> Result<MrTranslation, MrAccessError> {
         let mask = self.config.caps.num_mtpts.next_power_of_two() - 1;
         let index = key_to_index(key) & mask;
         let mpt = match self.read_context::<Mpt>(ContextTable::Mpt, index) {
@@ -186,10 +228,17 @@ impl Device {
             _ => return Err(MrAccessError::InvalidKey { key }),
         };
         if mpt.lkey() != key {
-            return Err(MrAccessError::KeyMismatch { key, registered: mpt.lkey() });
+            return Err(MrAccessError::KeyMismatch {
+                key,
+                registered: mpt.lkey(),
+            });
         }
         if mpt.protection_domain() != pd {
-            return Err(MrAccessError::ProtectionDomain { key, region_pd: mpt.protection_domain(), qp_pd: pd });
+            return Err(MrAccessError::ProtectionDomain {
+                key,
+                region_pd: mpt.protection_domain(),
+                qp_pd: pd,
+            });
         }
         let granted = {
             let mut g = MrAccess::empty();
@@ -205,18 +254,35 @@ impl Device {
         let start = if mpt.zero_based() { 0 } else { mpt.virtual_address() };
         let end = start.checked_add(mpt.length());
         let access_end = address.checked_add(length);
-        let inside = matches!((end, access_end), (Some(end), Some(access_end)) if address >= start && access_end <= end);
+        let inside =
+            matches!((end, access_end), (Some(end), Some(access_end)) if address >= start && access_end <= end);
         if !inside {
-            return Err(MrAccessError::Bounds { key, address, length, start, region_length: mpt.length() });
+            return Err(MrAccessError::Bounds {
+                key,
+                address,
+                length,
+                start,
+                region_length: mpt.length(),
+            });
         }
         if mpt.physical_address() {
-            return Ok(MrTranslation { mtr: None, offset: address });
+            return Ok(MrTranslation {
+                mtr: None,
+                offset: address,
+            });
         }
         let mtr = Self::mpt_mtr(&mpt);
-        let first_page_offset = if mpt.zero_based() { 0 } else { mpt.virtual_address() & (mtr.page_size() - 1) };
+        let first_page_offset = if mpt.zero_based() {
+            0
+        } else {
+            mpt.virtual_address() & (mtr.page_size() - 1)
+        };
         let offset = first_page_offset + (address - start);
         if let Some(memory) = self.dma_memory() {
-            mtt::translate(memory, &mtr, offset).map_err(|e| MrAccessError::Translation { key, reason: e.to_string() })?;
+            mtt::translate(memory, &mtr, offset).map_err(|e| MrAccessError::Translation {
+                key,
+                reason: e.to_string(),
+            })?;
         }
         Ok(MrTranslation { mtr: Some(mtr), offset })
     }

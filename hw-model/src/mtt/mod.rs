@@ -242,24 +242,14 @@ pub struct Mtr {
     pub region_count: usize,
 }
 
-const NO_REGION: MtrRegion = MtrRegion {
-    page_count: 0,
-    hop: 0,
-};
+const NO_REGION: MtrRegion = MtrRegion { page_count: 0, hop: 0 };
 
 impl Mtr {
     /// An MTR with the given regions (1..=3; not otherwise validated: see
     /// [`Mtr::validate`]).
-    pub fn new(
-        root: u64,
-        ba_page_shift: u32,
-        buffer_page_shift: u32,
-        regions: &[MtrRegion],
-    ) -> Result<Self, MttError> {
+    pub fn new(root: u64, ba_page_shift: u32, buffer_page_shift: u32, regions: &[MtrRegion]) -> Result<Self, MttError> {
         if regions.is_empty() || regions.len() > MAX_REGIONS {
-            return Err(MttError::RegionCount {
-                count: regions.len(),
-            });
+            return Err(MttError::RegionCount { count: regions.len() });
         }
         let mut all = [NO_REGION; MAX_REGIONS];
         all[..regions.len()].copy_from_slice(regions);
@@ -273,13 +263,7 @@ impl Mtr {
     }
 
     /// An MTR of one region (CQ, EQ, SRQ, MR).
-    pub fn single(
-        root: u64,
-        ba_page_shift: u32,
-        buffer_page_shift: u32,
-        page_count: u64,
-        hop: u8,
-    ) -> Self {
+    pub fn single(root: u64, ba_page_shift: u32, buffer_page_shift: u32, page_count: u64, hop: u8) -> Self {
         let mut regions = [NO_REGION; MAX_REGIONS];
         regions[0] = MtrRegion { page_count, hop };
         Self {
@@ -380,7 +364,7 @@ impl Mtr {
         } else {
             (BT_ENTRY_SIZE, "root BT page")
         };
-        if self.root % alignment != 0 {
+        if !is_aligned(self.root, alignment) {
             return Err(MttError::MisalignedRoot {
                 root: self.root,
                 alignment,
@@ -447,14 +431,7 @@ pub fn try_translate_range<E: From<MttError>>(
     let size = mtr.size();
     let end = match offset.checked_add(length) {
         Some(end) if end <= size => end,
-        _ => {
-            return Err(MttError::RangeOutOfRange {
-                offset,
-                length,
-                size,
-            }
-            .into())
-        }
+        _ => return Err(MttError::RangeOutOfRange { offset, length, size }.into()),
     };
     let page_mask = mtr.page_size() - 1;
     let mut current = offset;
@@ -515,14 +492,12 @@ fn translate_valid(memory: &dyn HostMemory, mtr: &Mtr, offset: u64) -> Result<u6
                     length: BT_ENTRY_SIZE as usize,
                 },
             })?;
-        let value = memory
-            .read_u64(address)
-            .map_err(|source| MttError::BtUnreachable {
-                level,
-                index,
-                address,
-                source,
-            })?;
+        let value = memory.read_u64(address).map_err(|source| MttError::BtUnreachable {
+            level,
+            index,
+            address,
+            source,
+        })?;
         let bottom = level + 1 == hop;
         let expected = if bottom {
             EntryTarget::BufferPage { page }
@@ -551,7 +526,7 @@ fn translate_valid(memory: &dyn HostMemory, mtr: &Mtr, offset: u64) -> Result<u6
             // `value` is page aligned, so adding an in-page offset cannot overflow.
             return Ok(value + in_page);
         }
-        if value % BT_ENTRY_SIZE != 0 {
+        if !is_aligned(value, BT_ENTRY_SIZE) {
             return Err(MttError::MisalignedBtPage {
                 level,
                 index,
@@ -564,4 +539,9 @@ fn translate_valid(memory: &dyn HostMemory, mtr: &Mtr, offset: u64) -> Result<u6
         index = (q / unit.pow(u32::from(hop - level) - 2)) % unit;
     }
     unreachable!("a validated region with hops returns from its bottom level")
+}
+
+/// Whether `value` is a multiple of the power of two `alignment`.
+const fn is_aligned(value: u64, alignment: u64) -> bool {
+    value & (alignment - 1) == 0
 }

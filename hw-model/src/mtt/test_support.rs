@@ -126,13 +126,7 @@ impl TestSpace {
     }
 
     /// A random free `align`-aligned range of `len` bytes in `window`, claimed.
-    pub(crate) fn random_free(
-        &mut self,
-        rng: &mut XorShift64,
-        window: (u64, u64),
-        len: u64,
-        align: u64,
-    ) -> u64 {
+    pub(crate) fn random_free(&mut self, rng: &mut XorShift64, window: (u64, u64), len: u64, align: u64) -> u64 {
         loop {
             let slots = (window.1 - window.0 - len) / align;
             let start = window.0.div_ceil(align) * align + rng.below(slots) * align;

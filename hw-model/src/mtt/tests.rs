@@ -5,9 +5,7 @@
 use rnic_firmware_if::mtr::{MtrRegion, QpBufferLayout};
 
 use super::driver_builder::{build_mtr, BuiltMtr, MtrBuildError, MtrBuildRequest};
-use super::test_support::{
-    seeds, CountingMemory, SeedGuard, TestSpace, XorShift64, BT_WINDOW, DATA_WINDOW,
-};
+use super::test_support::{seeds, CountingMemory, SeedGuard, TestSpace, XorShift64, BT_WINDOW, DATA_WINDOW};
 use super::*;
 use crate::memory::{HostMemoryExt, PagedMemory, FRAME_SIZE};
 
@@ -116,13 +114,12 @@ fn run_seed(seed: u64, space: &mut TestSpace) -> Result<(), String> {
         place_pages(space, &mut rng, total, page_size)
     };
 
-    let describe = format!(
-        "hop {hop}, BT page 2^{ba_page_shift}, buffer page 2^{buffer_page_shift}, regions {regions:?}"
-    );
+    let describe =
+        format!("hop {hop}, BT page 2^{ba_page_shift}, buffer page 2^{buffer_page_shift}, regions {regions:?}");
     let built = build_into(space, &mut rng, ba_page_shift, buffer_page_shift, &regions, &pages)
         .map_err(|e| format!("{describe}: build_mtr failed: {e}"))?;
-    let mtr = Mtr::new(built.root, ba_page_shift, buffer_page_shift, &regions)
-        .map_err(|e| format!("{describe}: {e}"))?;
+    let mtr =
+        Mtr::new(built.root, ba_page_shift, buffer_page_shift, &regions).map_err(|e| format!("{describe}: {e}"))?;
     mtr.validate().map_err(|e| format!("{describe}: {e}"))?;
     if mtr.size() != total * page_size {
         return Err(format!("{describe}: size {} != {}", mtr.size(), total * page_size));
@@ -153,7 +150,9 @@ fn run_seed(seed: u64, space: &mut TestSpace) -> Result<(), String> {
             ));
         }
         if must_be_mapped && !space.memory.is_mapped(got) {
-            return Err(format!("{describe}: offset {offset:#x} → {got:#x} is not a mapped page byte"));
+            return Err(format!(
+                "{describe}: offset {offset:#x} → {got:#x} is not a mapped page byte"
+            ));
         }
         Ok(())
     };
@@ -179,7 +178,7 @@ fn run_seed(seed: u64, space: &mut TestSpace) -> Result<(), String> {
         let mut failure = None;
         translate_range(&space.memory, &mtr, offset, length, |bus, chunk| {
             let expected = pages[(at / page_size) as usize] + at % page_size;
-            let ends_on_boundary = (at + chunk) % page_size == 0 || at + chunk == offset + length;
+            let ends_on_boundary = (at + chunk) & (page_size - 1) == 0 || at + chunk == offset + length;
             if failure.is_none() && (bus != expected || !ends_on_boundary || chunk == 0) {
                 failure = Some(format!("piece at {at:#x}: {bus:#x}+{chunk:#x}, expected {expected:#x}"));
             }
@@ -190,7 +189,9 @@ fn run_seed(seed: u64, space: &mut TestSpace) -> Result<(), String> {
             return Err(format!("{describe}: range {offset:#x}+{length:#x}: {f}"));
         }
         if at != offset + length {
-            return Err(format!("{describe}: range {offset:#x}+{length:#x} covered up to {at:#x}"));
+            return Err(format!(
+                "{describe}: range {offset:#x}+{length:#x} covered up to {at:#x}"
+            ));
         }
     }
     Ok(())
@@ -224,16 +225,7 @@ fn hop_3_walks_several_root_l1_and_l2_entries() {
     assert_eq!(built.bt_pages.len(), 1 + 2 + 514);
     assert_eq!(built.bt_pages[0].entries.len(), 2 + 5);
     let mtr = Mtr::new(built.root, 12, 12, &regions).unwrap();
-    let mut offsets: Vec<u64> = vec![
-        0,
-        511,
-        512,
-        512 * 512 - 1,
-        512 * 512,
-        big - 1,
-        big,
-        total - 1,
-    ];
+    let mut offsets: Vec<u64> = vec![0, 511, 512, 512 * 512 - 1, 512 * 512, big - 1, big, total - 1];
     offsets.extend((0..2000).map(|_| rng.below(total)));
     for page in offsets {
         let in_page = rng.below(4096);
@@ -296,12 +288,20 @@ fn an_unmapped_root_is_reported_with_level_index_and_address() {
     assert!(
         matches!(
             err,
-            MttError::BtUnreachable { level: 0, index: 3, address: 0x5000_0018, .. }
+            MttError::BtUnreachable {
+                level: 0,
+                index: 3,
+                address: 0x5000_0018,
+                ..
+            }
         ),
         "{err:?}"
     );
     let text = err.to_string();
-    assert!(text.contains("level-0") && text.contains("entry 3") && text.contains("0x50000018"), "{text}");
+    assert!(
+        text.contains("level-0") && text.contains("entry 3") && text.contains("0x50000018"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -338,7 +338,10 @@ fn offsets_beyond_the_regions_are_out_of_range() {
     let (memory, mtr) = small_hop2();
     assert_eq!(
         translate(&memory, &mtr, 0x2000),
-        Err(MttError::OutOfRange { offset: 0x2000, size: 0x2000 })
+        Err(MttError::OutOfRange {
+            offset: 0x2000,
+            size: 0x2000
+        })
     );
     let mut called = false;
     let err = translate_range(&memory, &mtr, 0x1000, 0x1001, |_, _| called = true).unwrap_err();
@@ -367,36 +370,82 @@ fn misaligned_roots_and_pages_are_rejected() {
     let hop1 = Mtr::single(0x1004, 12, 12, 1, 1);
     assert_eq!(
         translate(&memory, &hop1, 0),
-        Err(MttError::MisalignedRoot { root: 0x1004, alignment: 8, mode: "root BT page" })
+        Err(MttError::MisalignedRoot {
+            root: 0x1004,
+            alignment: 8,
+            mode: "root BT page"
+        })
     );
     let direct = Mtr::single(0x1008, 12, 12, 1, 0);
     assert_eq!(
         direct.validate(),
-        Err(MttError::MisalignedRoot { root: 0x1008, alignment: 4096, mode: "direct mode" })
+        Err(MttError::MisalignedRoot {
+            root: 0x1008,
+            alignment: 4096,
+            mode: "direct mode"
+        })
     );
-    assert_eq!(translate(&memory, &Mtr::single(0x2000, 12, 16, 1, 0), 0x1_0000 - 1), Ok(0x1_1FFF));
+    assert_eq!(
+        translate(&memory, &Mtr::single(0x2000, 12, 16, 1, 0), 0x1_0000 - 1),
+        Ok(0x1_1FFF)
+    );
 
     let (memory, mtr) = small_hop2();
     memory.write_u64(0x2_0008, 0x20_0800).unwrap();
     let err = translate(&memory, &mtr, 4096).unwrap_err();
-    assert!(matches!(err, MttError::MisalignedPage { level: 1, index: 1, page: 1, value: 0x20_0800, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            MttError::MisalignedPage {
+                level: 1,
+                index: 1,
+                page: 1,
+                value: 0x20_0800,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     memory.write_u64(0x1_0000, 0x2_0004).unwrap();
     let err = translate(&memory, &mtr, 0).unwrap_err();
-    assert!(matches!(err, MttError::MisalignedBtPage { level: 0, value: 0x2_0004, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            MttError::MisalignedBtPage {
+                level: 0,
+                value: 0x2_0004,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 #[test]
 fn malformed_mtrs_fail_validation() {
-    assert_eq!(Mtr::single(0x1000, 12, 11, 1, 1).validate(), Err(MttError::BufferPageShift { shift: 11 }));
-    assert_eq!(Mtr::single(0x1000, 12, 31, 1, 1).validate(), Err(MttError::BufferPageShift { shift: 31 }));
-    assert_eq!(Mtr::single(0x1000, 22, 12, 1, 1).validate(), Err(MttError::BtPageShift { shift: 22 }));
+    assert_eq!(
+        Mtr::single(0x1000, 12, 11, 1, 1).validate(),
+        Err(MttError::BufferPageShift { shift: 11 })
+    );
+    assert_eq!(
+        Mtr::single(0x1000, 12, 31, 1, 1).validate(),
+        Err(MttError::BufferPageShift { shift: 31 })
+    );
+    assert_eq!(
+        Mtr::single(0x1000, 22, 12, 1, 1).validate(),
+        Err(MttError::BtPageShift { shift: 22 })
+    );
     assert_eq!(
         Mtr::single(0x1000, 12, 12, 1, 4).validate(),
         Err(MttError::HopOutOfRange { region: 0, hop: 4 })
     );
     assert_eq!(
         Mtr::single(0x1000, 12, 12, 513, 1).validate(),
-        Err(MttError::RootOverflow { entries: 513, unit: 512, bt_page_size: 4096 })
+        Err(MttError::RootOverflow {
+            entries: 513,
+            unit: 512,
+            bt_page_size: 4096
+        })
     );
     assert!(Mtr::single(0x1000, 12, 12, 512 * 512, 2).validate().is_ok());
     assert_eq!(Mtr::single(0, 12, 12, 1, 1).validate(), Err(MttError::NullRoot));
@@ -404,7 +453,10 @@ fn malformed_mtrs_fail_validation() {
         Mtr::single(u64::MAX - 0xFFF, 12, 12, 2, 0).validate(),
         Err(MttError::BufferTooLarge { .. })
     ));
-    assert!(matches!(Mtr::new(0x1000, 12, 12, &[]), Err(MttError::RegionCount { count: 0 })));
+    assert!(matches!(
+        Mtr::new(0x1000, 12, 12, &[]),
+        Err(MttError::RegionCount { count: 0 })
+    ));
     let mut four = Mtr::single(0x1000, 12, 12, 1, 1);
     four.region_count = 4;
     assert_eq!(four.validate(), Err(MttError::RegionCount { count: 4 }));

@@ -139,17 +139,13 @@ mod msix_cap {
 }
 
 /// Writable command-register bits.
-const COMMAND_WRITABLE: u16 =
-    pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER | pci::COMMAND_INTX_DISABLE;
+const COMMAND_WRITABLE: u16 = pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER | pci::COMMAND_INTX_DISABLE;
 /// Writable MSI-X message-control bits.
 const MSIX_CONTROL_WRITABLE: u16 = pci::MSIX_CONTROL_ENABLE | pci::MSIX_CONTROL_FUNCTION_MASK;
 
 const PCIE_CAP: usize = pci::PCIE_CAPABILITY_OFFSET as usize;
 const MSIX_CAP: usize = pci::MSIX_CAPABILITY_OFFSET as usize;
-const _: () = assert!(
-    PCIE_CAP + pcie::LENGTH <= MSIX_CAP,
-    "PCIe capability overlaps MSI-X"
-);
+const _: () = assert!(PCIE_CAP + pcie::LENGTH <= MSIX_CAP, "PCIe capability overlaps MSI-X");
 
 /// Offset of BAR register `index` (0..=5).
 const fn bar_offset(index: u8) -> usize {
@@ -216,10 +212,7 @@ impl ConfigSpace {
                 bar.size
             );
             for register in [bar.index, bar.index + 1] {
-                assert!(
-                    !used[register as usize],
-                    "BAR register {register} used twice"
-                );
+                assert!(!used[register as usize], "BAR register {register} used twice");
                 used[register as usize] = true;
             }
         }
@@ -235,11 +228,7 @@ impl ConfigSpace {
         image.put16(offset::COMMAND, 0, COMMAND_WRITABLE);
         image.put16(offset::STATUS, pci::STATUS_CAPABILITIES_LIST, 0);
         image.put8(offset::REVISION_ID, identity.revision_id);
-        image.put(
-            offset::CLASS_CODE,
-            &pci::CLASS_CODE.to_le_bytes()[..3],
-            &[0; 3],
-        );
+        image.put(offset::CLASS_CODE, &pci::CLASS_CODE.to_le_bytes()[..3], &[0; 3]);
         image.put8(offset::HEADER_TYPE, 0);
         for bar in bars {
             let address_mask = !(bar.size - 1);
@@ -257,41 +246,21 @@ impl ConfigSpace {
         image.put8(PCIE_CAP, pci::CAPABILITY_ID_PCIE);
         image.put8(PCIE_CAP + 1, pci::MSIX_CAPABILITY_OFFSET);
         image.put16(PCIE_CAP + pcie::CAPABILITIES, pcie::CAPABILITIES_VALUE, 0);
-        image.put32(
-            PCIE_CAP + pcie::DEVICE_CAPABILITIES,
-            pcie::DEVICE_CAPABILITIES_VALUE,
-            0,
-        );
+        image.put32(PCIE_CAP + pcie::DEVICE_CAPABILITIES, pcie::DEVICE_CAPABILITIES_VALUE, 0);
         image.put16(
             PCIE_CAP + pcie::DEVICE_CONTROL,
             pcie::DEVICE_CONTROL_RESET,
             pcie::DEVICE_CONTROL_WRITABLE,
         );
-        image.put32(
-            PCIE_CAP + pcie::LINK_CAPABILITIES,
-            pcie::LINK_CAPABILITIES_VALUE,
-            0,
-        );
+        image.put32(PCIE_CAP + pcie::LINK_CAPABILITIES, pcie::LINK_CAPABILITIES_VALUE, 0);
         image.put16(PCIE_CAP + pcie::LINK_STATUS, pcie::LINK_STATUS_VALUE, 0);
-        image.put32(
-            PCIE_CAP + pcie::LINK_CAPABILITIES_2,
-            pcie::LINK_CAPABILITIES_2_VALUE,
-            0,
-        );
-        image.put16(
-            PCIE_CAP + pcie::LINK_CONTROL_2,
-            pcie::LINK_CONTROL_2_VALUE,
-            0,
-        );
+        image.put32(PCIE_CAP + pcie::LINK_CAPABILITIES_2, pcie::LINK_CAPABILITIES_2_VALUE, 0);
+        image.put16(PCIE_CAP + pcie::LINK_CONTROL_2, pcie::LINK_CONTROL_2_VALUE, 0);
 
         // MSI-X capability, last in the list.
         image.put8(MSIX_CAP, pci::CAPABILITY_ID_MSIX);
         image.put8(MSIX_CAP + 1, 0);
-        image.put16(
-            MSIX_CAP + msix_cap::CONTROL,
-            msix_vectors - 1,
-            MSIX_CONTROL_WRITABLE,
-        );
+        image.put16(MSIX_CAP + msix_cap::CONTROL, msix_vectors - 1, MSIX_CONTROL_WRITABLE);
         image.put32(MSIX_CAP + msix_cap::TABLE, u32::from(regs::MSIX_BAR), 0);
         image.put32(
             MSIX_CAP + msix_cap::PBA,
@@ -439,10 +408,7 @@ impl ConfigSpace {
 
     /// Size of the BAR whose lower register is `index`, if the function has it.
     pub fn bar_size(&self, index: u8) -> Option<u64> {
-        self.bars
-            .iter()
-            .find(|bar| bar.index == index)
-            .map(|bar| bar.size)
+        self.bars.iter().find(|bar| bar.index == index).map(|bar| bar.size)
     }
 }
 
@@ -459,14 +425,8 @@ impl std::fmt::Debug for ConfigSpace {
             .field("bars", &self.bars)
             .field("bar_addresses", &addresses)
             .field("command", &format_args!("{:#06x}", self.command()))
-            .field(
-                "msix_control",
-                &format_args!("{:#06x}", self.msix_control()),
-            )
-            .field(
-                "device_control",
-                &format_args!("{:#06x}", self.device_control()),
-            )
+            .field("msix_control", &format_args!("{:#06x}", self.msix_control()))
+            .field("device_control", &format_args!("{:#06x}", self.device_control()))
             .finish()
     }
 }
@@ -535,10 +495,7 @@ mod tests {
             "class: Ethernet controller"
         );
         assert_eq!(read8(&c, offset::HEADER_TYPE), 0);
-        assert_ne!(
-            read16(&c, offset::STATUS) & pci::STATUS_CAPABILITIES_LIST,
-            0
-        );
+        assert_ne!(read16(&c, offset::STATUS) & pci::STATUS_CAPABILITIES_LIST, 0);
         assert_eq!(read8(&c, offset::INTERRUPT_PIN), 0, "no INTx");
         assert_eq!(c.identity(), identity);
     }
@@ -556,21 +513,13 @@ mod tests {
         let mut c = space();
         let low = bar_offset(regs::CONTROL_BAR);
         let high = low + 4;
-        assert_eq!(
-            read32(&c, low),
-            BAR_TYPE_MEMORY_64,
-            "64-bit, non-prefetchable, at 0"
-        );
+        assert_eq!(read32(&c, low), BAR_TYPE_MEMORY_64, "64-bit, non-prefetchable, at 0");
         assert_eq!(read32(&c, high), 0);
 
         write32(&mut c, low, 0xFFFF_FFFF);
         write32(&mut c, high, 0xFFFF_FFFF);
         let low_value = read32(&c, low);
-        assert_eq!(
-            low_value & 0xF,
-            BAR_TYPE_MEMORY_64,
-            "type bits are read-only"
-        );
+        assert_eq!(low_value & 0xF, BAR_TYPE_MEMORY_64, "type bits are read-only");
         let mask = u64::from(read32(&c, high)) << 32 | u64::from(low_value & !0xF);
         assert_eq!(!mask + 1, regs::BAR0_SIZE, "size read back from the mask");
 
@@ -598,10 +547,7 @@ mod tests {
             assert_eq!(!mask + 1, bar.size, "BAR {}", bar.index);
             assert_eq!(c.bar_size(bar.index), Some(bar.size));
         }
-        assert_eq!(
-            c.bar_size(regs::DOORBELL_BAR),
-            Some(64 * regs::DOORBELL_PAGE_SIZE)
-        );
+        assert_eq!(c.bar_size(regs::DOORBELL_BAR), Some(64 * regs::DOORBELL_PAGE_SIZE));
         write32(&mut c, 0x30, 0xFFFF_FFFF);
         assert_eq!(read32(&c, 0x30), 0, "no expansion ROM");
         assert_eq!(c.bar_address(1), 0, "no BAR starts at register 1");
@@ -623,9 +569,7 @@ mod tests {
     #[test]
     fn read_only_fields_ignore_writes() {
         let mut c = space();
-        let before: Vec<u8> = (0..pci::CONFIG_SPACE_SIZE)
-            .map(|at| read8(&c, at))
-            .collect();
+        let before: Vec<u8> = (0..pci::CONFIG_SPACE_SIZE).map(|at| read8(&c, at)).collect();
         write32(&mut c, offset::VENDOR_ID, 0xDEAD_BEEF);
         write32(&mut c, offset::REVISION_ID, 0xFFFF_FFFF);
         write32(&mut c, 0x0C, 0xFFFF_FFFF); // cache line, latency, header type, BIST
@@ -638,9 +582,7 @@ mod tests {
         write32(&mut c, MSIX_CAP + msix_cap::TABLE, 0xFFFF_FFFF);
         write32(&mut c, MSIX_CAP + msix_cap::PBA, 0);
         write32(&mut c, 0x100, 0xFFFF_FFFF);
-        let after: Vec<u8> = (0..pci::CONFIG_SPACE_SIZE)
-            .map(|at| read8(&c, at))
-            .collect();
+        let after: Vec<u8> = (0..pci::CONFIG_SPACE_SIZE).map(|at| read8(&c, at)).collect();
         assert_eq!(before, after);
     }
 
@@ -673,10 +615,7 @@ mod tests {
         }
         assert_eq!(
             found,
-            vec![
-                (0x40, pci::CAPABILITY_ID_PCIE),
-                (0x80, pci::CAPABILITY_ID_MSIX)
-            ]
+            vec![(0x40, pci::CAPABILITY_ID_PCIE), (0x80, pci::CAPABILITY_ID_MSIX)]
         );
         assert_eq!(read32(&c, 0x100), 0, "no extended capabilities");
     }
@@ -731,11 +670,7 @@ mod tests {
         );
         assert_eq!(c.msix_vectors(), 32);
         assert_eq!(read32(&c, MSIX_CAP + msix_cap::TABLE), 4, "BIR 4, offset 0");
-        assert_eq!(
-            read32(&c, MSIX_CAP + msix_cap::PBA),
-            0x1004,
-            "BIR 4, offset 0x1000"
-        );
+        assert_eq!(read32(&c, MSIX_CAP + msix_cap::PBA), 0x1004, "BIR 4, offset 0x1000");
         let single = ConfigSpace::new(PciIdentity::default(), &[], 1);
         assert_eq!(read16(&single, MSIX_CAP + msix_cap::CONTROL), 0);
     }
@@ -769,11 +704,7 @@ mod tests {
     fn accesses_beyond_the_space_read_ones_and_are_ignored() {
         let mut c = space();
         assert_eq!(read32(&c, 4096), 0xFFFF_FFFF);
-        assert_eq!(
-            read32(&c, 4094),
-            0xFFFF_0000,
-            "straddling: two real bytes, two absent"
-        );
+        assert_eq!(read32(&c, 4094), 0xFFFF_0000, "straddling: two real bytes, two absent");
         c.write(4094, &[1, 2, 3, 4]);
         assert_eq!(read32(&c, 4094), 0xFFFF_0000);
         let mut b = [0u8; 4];
@@ -808,10 +739,7 @@ mod tests {
         }
         // The read-only identity survived.
         assert_eq!(read16(&c, offset::VENDOR_ID), pci::DEFAULT_VENDOR_ID);
-        assert_eq!(
-            read8(&c, offset::CAPABILITIES_POINTER),
-            pci::PCIE_CAPABILITY_OFFSET
-        );
+        assert_eq!(read8(&c, offset::CAPABILITIES_POINTER), pci::PCIE_CAPABILITY_OFFSET);
     }
 
     #[test]
@@ -826,28 +754,15 @@ mod tests {
     #[test]
     #[should_panic(expected = "power of two")]
     fn a_bar_size_must_be_a_power_of_two() {
-        ConfigSpace::new(
-            PciIdentity::default(),
-            &[BarDescriptor {
-                index: 0,
-                size: 0x3000,
-            }],
-            1,
-        );
+        ConfigSpace::new(PciIdentity::default(), &[BarDescriptor { index: 0, size: 0x3000 }], 1);
     }
 
     #[test]
     #[should_panic(expected = "used twice")]
     fn bars_may_not_overlap() {
         let bars = [
-            BarDescriptor {
-                index: 0,
-                size: 4096,
-            },
-            BarDescriptor {
-                index: 1,
-                size: 4096,
-            },
+            BarDescriptor { index: 0, size: 4096 },
+            BarDescriptor { index: 1, size: 4096 },
         ];
         ConfigSpace::new(PciIdentity::default(), &bars, 1);
     }

@@ -89,9 +89,7 @@ impl MsixTable {
     /// True when `vector`'s pending bit is set.
     pub fn is_pending(&self, vector: u16) -> bool {
         let v = usize::from(vector);
-        self.pending
-            .get(v / 64)
-            .is_some_and(|word| word & (1 << (v % 64)) != 0)
+        self.pending.get(v / 64).is_some_and(|word| word & (1 << (v % 64)) != 0)
     }
 
     /// True when `vector` is masked by its own mask bit (false for an absent vector).
@@ -257,13 +255,7 @@ impl MsixTable {
     /// or the function masked its pending bit is set; otherwise the message of the
     /// vector's entry goes to `sink`. A vector beyond the table is dropped with a
     /// warning (a model bug, not a guest error).
-    pub fn signal(
-        &mut self,
-        vector: u16,
-        msix_enabled: bool,
-        function_masked: bool,
-        sink: &mut dyn InterruptSink,
-    ) {
+    pub fn signal(&mut self, vector: u16, msix_enabled: bool, function_masked: bool, sink: &mut dyn InterruptSink) {
         let Some(message) = self.message(vector) else {
             tracing::warn!(
                 vector,
@@ -277,11 +269,7 @@ impl MsixTable {
             return;
         }
         if function_masked || self.is_masked(vector) {
-            tracing::trace!(
-                vector,
-                function_masked,
-                "MSI-X: vector masked, message pending"
-            );
+            tracing::trace!(vector, function_masked, "MSI-X: vector masked, message pending");
             self.set_pending(vector, true);
             return;
         }
@@ -300,12 +288,7 @@ impl MsixTable {
     /// Like [`function_unmasked`](Self::function_unmasked), but does nothing unless
     /// MSI-X is enabled and the function unmasked: safe to call after any
     /// configuration-space write to the MSI-X message control register.
-    pub fn deliver_pending(
-        &mut self,
-        msix_enabled: bool,
-        function_masked: bool,
-        sink: &mut dyn InterruptSink,
-    ) {
+    pub fn deliver_pending(&mut self, msix_enabled: bool, function_masked: bool, sink: &mut dyn InterruptSink) {
         if msix_enabled && !function_masked {
             self.function_unmasked(sink);
         }
@@ -375,11 +358,7 @@ mod tests {
         for vector in 0..8 {
             assert_eq!(read64(&t, entry_offset(vector)), 0, "address");
             assert_eq!(read32(&t, entry_offset(vector) + 8), 0, "data");
-            assert_eq!(
-                read32(&t, entry_offset(vector) + 12),
-                1,
-                "vector control: masked"
-            );
+            assert_eq!(read32(&t, entry_offset(vector) + 12), 1, "vector control: masked");
         }
         assert_eq!(read64(&t, regs::MSIX_PBA_OFFSET), 0, "nothing pending");
     }
@@ -393,19 +372,11 @@ mod tests {
         assert_eq!(read32(&t, base), 0xFEE0_0020);
         assert_eq!(read32(&t, base + 4), 1);
         assert_eq!(read64(&t, base), 0x1_FEE0_0020);
-        assert_eq!(
-            read64(&t, base + 8),
-            1 << 32 | 0x4002,
-            "data, then control (masked)"
-        );
+        assert_eq!(read64(&t, base + 8), 1 << 32 | 0x4002, "data, then control (masked)");
         write32(&mut t, base, 0xFEE0_0023, &mut sink);
         assert_eq!(read32(&t, base), 0xFEE0_0020, "address bits 1:0 are zero");
         write32(&mut t, base + 12, 0xFFFF_FFFE, &mut sink);
-        assert_eq!(
-            read32(&t, base + 12),
-            0,
-            "reserved control bits read as zero"
-        );
+        assert_eq!(read32(&t, base + 12), 0, "reserved control bits read as zero");
         assert!(sink.is_empty());
     }
 
@@ -438,11 +409,7 @@ mod tests {
         assert_eq!(read32(&t, regs::MSIX_PBA_OFFSET + 8), 1 << 2);
 
         unmask(&mut t, 66, UNMASKED, &mut sink);
-        assert_eq!(
-            sink.take(),
-            vec![expected(66)],
-            "one message for both signals"
-        );
+        assert_eq!(sink.take(), vec![expected(66)], "one message for both signals");
         assert!(!t.is_pending(66));
         assert_eq!(read64(&t, regs::MSIX_PBA_OFFSET + 8), 0);
     }
@@ -452,13 +419,7 @@ mod tests {
         let mut sink = RecordingSink::new();
         let mut t = MsixTable::new(4);
         t.signal(3, ENABLED, UNMASKED, &mut sink);
-        t.write(
-            regs::MSIX_PBA_OFFSET,
-            &0u64.to_le_bytes(),
-            ENABLED,
-            UNMASKED,
-            &mut sink,
-        );
+        t.write(regs::MSIX_PBA_OFFSET, &0u64.to_le_bytes(), ENABLED, UNMASKED, &mut sink);
         t.write(
             regs::MSIX_PBA_OFFSET,
             &u64::MAX.to_le_bytes(),
@@ -604,23 +565,12 @@ mod tests {
             let size = (next() % 9) as usize;
             let bytes = next().to_le_bytes();
             match next() % 3 {
-                0 => t.write(
-                    offset,
-                    &bytes[..size],
-                    next() % 2 == 0,
-                    next() % 2 == 0,
-                    &mut sink,
-                ),
+                0 => t.write(offset, &bytes[..size], next() % 2 == 0, next() % 2 == 0, &mut sink),
                 1 => {
                     let mut out = [0u8; 8];
                     t.read(offset, &mut out[..size]);
                 }
-                _ => t.signal(
-                    (next() % 300) as u16,
-                    next() % 2 == 0,
-                    next() % 2 == 0,
-                    &mut sink,
-                ),
+                _ => t.signal((next() % 300) as u16, next() % 2 == 0, next() % 2 == 0, &mut sink),
             }
         }
         t.function_unmasked(&mut sink);

@@ -30,7 +30,13 @@ pub(crate) enum WorkQueue {
 /// Merges `new` into `current` under `mask` (hns rule: mask bit 1 keeps the current bit).
 pub(crate) fn merge_under_mask<L: Layout>(current: &L, new: &L, mask: &L) -> L {
     let mut merged = L::zeroed();
-    for (((out, cur), new), mask) in merged.bytes_mut().iter_mut().zip(current.bytes()).zip(new.bytes()).zip(mask.bytes()) {
+    for (((out, cur), new), mask) in merged
+        .bytes_mut()
+        .iter_mut()
+        .zip(current.bytes())
+        .zip(new.bytes())
+        .zip(mask.bytes())
+    {
         *out = (cur & mask) | (new & !mask);
     }
     merged
@@ -46,7 +52,6 @@ pub(crate) struct QpBuffer {
     pub region_offsets: [u64; 3],
     pub sq_depth: u32,
     pub rq_depth: u32,
-    pub rq_stride: u64,
 }
 
 impl QpBuffer {
@@ -61,29 +66,37 @@ impl QpBuffer {
         let page_shift = page_shift_from_field(qpc.wqe_sge_buffer_page_size());
         let counts = layout.page_counts(page_shift);
         let regions = [
-            MtrRegion { page_count: counts[0], hop: qpc.sq_hop_number() },
-            MtrRegion { page_count: counts[1], hop: qpc.sge_hop_number() },
-            MtrRegion { page_count: counts[2], hop: qpc.rq_hop_number() },
+            MtrRegion {
+                page_count: counts[0],
+                hop: qpc.sq_hop_number(),
+            },
+            MtrRegion {
+                page_count: counts[1],
+                hop: qpc.sge_hop_number(),
+            },
+            MtrRegion {
+                page_count: counts[2],
+                hop: qpc.rq_hop_number(),
+            },
         ];
-        let mtr = Mtr::new(qpc.wqe_sge_base_address() << 3, page_shift_from_field(qpc.wqe_sge_ba_page_size()), page_shift, &regions)?;
+        let mtr = Mtr::new(
+            qpc.wqe_sge_base_address() << 3,
+            page_shift_from_field(qpc.wqe_sge_ba_page_size()),
+            page_shift,
+            &regions,
+        )?;
         mtr.validate()?;
         Ok(Self {
             mtr,
             region_offsets: layout.region_offsets(page_shift),
             sq_depth: 1 << qpc.sq_shift().min(31),
             rq_depth: 1 << qpc.rq_shift().min(31),
-            rq_stride: 16 << qpc.rq_max_sge_shift().min(16),
         })
     }
 
     /// Byte offset of SQ WQE `index` in the buffer.
     pub fn sq_wqe_offset(&self, index: u32) -> u64 {
         self.region_offsets[0] + (index & (self.sq_depth - 1)) as u64 * SQ_WQE_SIZE as u64
-    }
-
-    /// Byte offset of RQ WQE `index` in the buffer.
-    pub fn rq_wqe_offset(&self, index: u32) -> u64 {
-        self.region_offsets[2] + (index & (self.rq_depth - 1)) as u64 * self.rq_stride
     }
 }
 
@@ -100,14 +113,25 @@ impl Device {
     pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
         self.qp_limit_checks(qpn)?;
         let (current, address) = self.read_context::<Qpc>(ContextTable::Qpc, qpn)?;
-        let from = current.qp_state().map_err(|_| Rejection::state("QP_ST", current.qp_state_raw() as u64, "a defined QP state in the stored context"))?;
+        let from = current.qp_state().map_err(|_| {
+            Rejection::state(
+                "QP_ST",
+                current.qp_state_raw() as u64,
+                "a defined QP state in the stored context",
+            )
+        })?;
         let mut merged = merge_under_mask(&current, &context, &mask);
-        let to = merged.qp_state().map_err(|_| Rejection::parameter("QP_ST", merged.qp_state_raw() as u64, "a defined QP state"))?;
+        let to = merged
+            .qp_state()
+            .map_err(|_| Rejection::parameter("QP_ST", merged.qp_state_raw() as u64, "a defined QP state"))?;
         if !state::is_legal_transition(from, to) {
             return Err(Rejection::state(
                 "QP_ST",
                 u8::from(to) as u64,
-                format!("a state reachable from {from:?}: one of {:?}", state::allowed_targets(from)),
+                format!(
+                    "a state reachable from {from:?}: one of {:?}",
+                    state::allowed_targets(from)
+                ),
             ));
         }
         match to {
@@ -133,35 +157,69 @@ impl Device {
 
     fn validate_qp_init(&mut self, qpn: u32, qpc: &Qpc) -> Result<(), Rejection> {
         let caps = self.config.caps;
-        let service = qpc.service_type().map_err(|_| Rejection::parameter("TST", qpc.service_type_raw() as u64, "0 (RC), 1 (UC) or 3 (UD)"))?;
+        let service = qpc
+            .service_type()
+            .map_err(|_| Rejection::parameter("TST", qpc.service_type_raw() as u64, "0 (RC), 1 (UC) or 3 (UD)"))?;
         if !matches!(service, ServiceType::Rc | ServiceType::Uc | ServiceType::Ud) {
-            return Err(Rejection::parameter("TST", u8::from(service) as u64, "0 (RC), 1 (UC) or 3 (UD); RD and XRC are not supported"));
+            return Err(Rejection::parameter(
+                "TST",
+                u8::from(service) as u64,
+                "0 (RC), 1 (UC) or 3 (UD); RD and XRC are not supported",
+            ));
         }
         if qpc.protection_domain() >= caps.num_pds {
-            return Err(Rejection::parameter("PD", qpc.protection_domain() as u64, format!("a PD number below {}", caps.num_pds)));
+            return Err(Rejection::parameter(
+                "PD",
+                qpc.protection_domain() as u64,
+                format!("a PD number below {}", caps.num_pds),
+            ));
         }
         let max_sq_shift = log2_floor(caps.max_sq_wqes);
         if qpc.sq_shift() as u32 > max_sq_shift {
-            return Err(Rejection::parameter("SQ_SHIFT", qpc.sq_shift() as u64, format!("log2(SQ depth) <= {max_sq_shift}")));
+            return Err(Rejection::parameter(
+                "SQ_SHIFT",
+                qpc.sq_shift() as u64,
+                format!("log2(SQ depth) <= {max_sq_shift}"),
+            ));
         }
         let max_rq_shift = log2_floor(caps.max_rq_wqes);
         if qpc.rq_shift() as u32 > max_rq_shift {
-            return Err(Rejection::parameter("RQ_SHIFT", qpc.rq_shift() as u64, format!("log2(RQ depth) <= {max_rq_shift}")));
+            return Err(Rejection::parameter(
+                "RQ_SHIFT",
+                qpc.rq_shift() as u64,
+                format!("log2(RQ depth) <= {max_rq_shift}"),
+            ));
         }
         let max_rqws = log2_floor(caps.max_rq_sges as u32);
         if qpc.rq_max_sge_shift() as u32 > max_rqws {
-            return Err(Rejection::parameter("RQWS", qpc.rq_max_sge_shift() as u64, format!("log2(RQ SGEs) <= {max_rqws}")));
+            return Err(Rejection::parameter(
+                "RQWS",
+                qpc.rq_max_sge_shift() as u64,
+                format!("log2(RQ SGEs) <= {max_rqws}"),
+            ));
         }
         for (field, cqn) in [("TX_CQN", qpc.send_cq_number()), ("RX_CQN", qpc.receive_cq_number())] {
             if !self.cq_is_valid(cqn) {
-                return Err(Rejection::parameter(field, cqn as u64, "the number of a valid (created) CQ"));
+                return Err(Rejection::parameter(
+                    field,
+                    cqn as u64,
+                    "the number of a valid (created) CQ",
+                ));
             }
         }
         if qpc.srq_enable() && !self.srq_is_valid(qpc.srq_number()) {
-            return Err(Rejection::parameter("SRQN", qpc.srq_number() as u64, "the number of a valid (created) SRQ"));
+            return Err(Rejection::parameter(
+                "SRQN",
+                qpc.srq_number() as u64,
+                "the number of a valid (created) SRQ",
+            ));
         }
         if qpn < 2 && service != ServiceType::Ud {
-            return Err(Rejection::parameter("TST", u8::from(service) as u64, format!("UD for the special QP {qpn}")));
+            return Err(Rejection::parameter(
+                "TST",
+                u8::from(service) as u64,
+                format!("UD for the special QP {qpn}"),
+            ));
         }
         Ok(())
     }
@@ -170,12 +228,22 @@ impl Device {
         let max_mtu = self.config.caps.max_mtu;
         let service = qpc.service_type().ok();
         if service != Some(ServiceType::Ud) {
-            let mtu = qpc.mtu().map_err(|_| Rejection::parameter("MTU", qpc.mtu_raw() as u64, "1 (256) ..= 5 (4096)"))?;
+            let mtu = qpc
+                .mtu()
+                .map_err(|_| Rejection::parameter("MTU", qpc.mtu_raw() as u64, "1 (256) ..= 5 (4096)"))?;
             if u8::from(mtu) > max_mtu {
-                return Err(Rejection::parameter("MTU", u8::from(mtu) as u64, format!("at most {max_mtu} ({} bytes)", Mtu::try_from(max_mtu).map(|m| m.bytes()).unwrap_or(0))));
+                return Err(Rejection::parameter(
+                    "MTU",
+                    u8::from(mtu) as u64,
+                    format!(
+                        "at most {max_mtu} ({} bytes)",
+                        Mtu::try_from(max_mtu).map(|m| m.bytes()).unwrap_or(0)
+                    ),
+                ));
             }
         }
-        QpBuffer::from_context(qpc).map_err(|e| Rejection::parameter("WQE_SGE_BA", qpc.wqe_sge_base_address() << 3, e.to_string()))?;
+        QpBuffer::from_context(qpc)
+            .map_err(|e| Rejection::parameter("WQE_SGE_BA", qpc.wqe_sge_base_address() << 3, e.to_string()))?;
         Ok(())
     }
 
@@ -187,12 +255,20 @@ impl Device {
 
     /// An SQ (cmd 0) or RQ (cmd 1) doorbell: the new producer index.
     pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
-        let found = self.qp_limit_checks(qpn).and_then(|()| self.read_context::<Qpc>(ContextTable::Qpc, qpn));
+        let found = self
+            .qp_limit_checks(qpn)
+            .and_then(|()| self.read_context::<Qpc>(ContextTable::Qpc, qpn));
         let (mut qpc, address) = match found {
             Ok(found) => found,
             Err(rejection) => {
                 self.counters.doorbells_dropped += 1;
-                self.diagnose(Source::Doorbell, format!("QP {qpn:#x}"), "TAG", qpn as u64, format!("an existing QP ({})", rejection.expected));
+                self.diagnose(
+                    Source::Doorbell,
+                    format!("QP {qpn:#x}"),
+                    "TAG",
+                    qpn as u64,
+                    format!("an existing QP ({})", rejection.expected),
+                );
                 self.post_async_event(AsyncEventType::WqCatasError, 1, qpn);
                 return;
             }
@@ -218,7 +294,13 @@ impl Device {
         }
         if queue == WorkQueue::Receive && qpc.srq_enable() {
             self.counters.doorbells_dropped += 1;
-            self.diagnose(Source::Doorbell, format!("QP {qpn:#x}"), "SRQ_EN", 1, "receive WQEs posted to the QP's SRQ, not its RQ");
+            self.diagnose(
+                Source::Doorbell,
+                format!("QP {qpn:#x}"),
+                "SRQ_EN",
+                1,
+                "receive WQEs posted to the QP's SRQ, not its RQ",
+            );
             return;
         }
         let (depth, consumer) = match queue {
@@ -228,7 +310,13 @@ impl Device {
         let outstanding = producer_index.wrapping_sub(consumer) as u32;
         if outstanding > depth {
             self.counters.doorbells_dropped += 1;
-            self.diagnose(Source::Doorbell, format!("QP {qpn:#x}"), "PI", producer_index as u64, format!("at most {depth} WQEs past the consumer index {consumer}"));
+            self.diagnose(
+                Source::Doorbell,
+                format!("QP {qpn:#x}"),
+                "PI",
+                producer_index as u64,
+                format!("at most {depth} WQEs past the consumer index {consumer}"),
+            );
             self.post_async_event(AsyncEventType::WqCatasError, 4, qpn);
             return;
         }

@@ -33,7 +33,11 @@ pub fn is_legal_transition(from: QpState, to: QpState) -> bool {
 
 /// The states a QP may move to from `from`, for diagnostics.
 pub fn allowed_targets(from: QpState) -> Vec<QpState> {
-    LEGAL_TRANSITIONS.iter().filter(|(f, _)| *f == from).map(|(_, t)| *t).collect()
+    LEGAL_TRANSITIONS
+        .iter()
+        .filter(|(f, _)| *f == from)
+        .map(|(_, t)| *t)
+        .collect()
 }
 
 #[cfg(test)]

@@ -26,7 +26,9 @@ impl Device {
     /// Whether `srqn` names a created SRQ.
     pub(crate) fn srq_is_valid(&mut self, srqn: u32) -> bool {
         self.srq_index_check(srqn).is_ok()
-            && self.read_context::<Srqc>(ContextTable::Srqc, srqn).is_ok_and(|(srqc, _)| srqc.srq_state_raw() == SRQ_VALID)
+            && self
+                .read_context::<Srqc>(ContextTable::Srqc, srqn)
+                .is_ok_and(|(srqc, _)| srqc.srq_state_raw() == SRQ_VALID)
     }
 
     /// The WQE-buffer and index-queue translations of an SRQ.
@@ -41,7 +43,8 @@ impl Device {
             wqe_bytes.div_ceil(1 << wqe_page),
             srqc.wqe_hop_number(),
         );
-        wqe.validate().map_err(|e| Rejection::parameter("WQE_BT_BA", srqc.wqe_base_address() << 3, e.to_string()))?;
+        wqe.validate()
+            .map_err(|e| Rejection::parameter("WQE_BT_BA", srqc.wqe_base_address() << 3, e.to_string()))?;
         let index_page = page_shift_from_field(srqc.index_buffer_page_size());
         let index = Mtr::single(
             srqc.index_base_address() << 3,
@@ -50,14 +53,20 @@ impl Device {
             (depth * 4).div_ceil(1 << index_page),
             srqc.index_hop_number(),
         );
-        index.validate().map_err(|e| Rejection::parameter("IDX_BT_BA", srqc.index_base_address() << 3, e.to_string()))?;
+        index
+            .validate()
+            .map_err(|e| Rejection::parameter("IDX_BT_BA", srqc.index_base_address() << 3, e.to_string()))?;
         Ok((wqe, index))
     }
 
     fn validate_srq_limit(srqc: &Srqc) -> Result<(), Rejection> {
         let depth = 1u64 << srqc.shift();
         if srqc.limit_watermark() as u64 > depth {
-            return Err(Rejection::parameter("LIMIT_WL", srqc.limit_watermark() as u64, format!("a limit no larger than the depth {depth}")));
+            return Err(Rejection::parameter(
+                "LIMIT_WL",
+                srqc.limit_watermark() as u64,
+                format!("a limit no larger than the depth {depth}"),
+            ));
         }
         Ok(())
     }
@@ -67,23 +76,43 @@ impl Device {
         self.srq_index_check(srqn)?;
         let (current, address) = self.read_context::<Srqc>(ContextTable::Srqc, srqn)?;
         if current.srq_state_raw() == SRQ_VALID {
-            return Err(Rejection::state("SRQ_ST", SRQ_VALID as u64, format!("SRQ {srqn:#x} not already created")));
+            return Err(Rejection::state(
+                "SRQ_ST",
+                SRQ_VALID as u64,
+                format!("SRQ {srqn:#x} not already created"),
+            ));
         }
         if srqc.srq_state_raw() != SRQ_VALID {
             return Err(Rejection::parameter("SRQ_ST", srqc.srq_state_raw() as u64, "1 (valid)"));
         }
         let caps = self.config.caps;
         if srqc.xrc() {
-            return Err(Rejection::parameter("SRQ_TYPE", 1, "0 (basic SRQ); XRC is not supported"));
+            return Err(Rejection::parameter(
+                "SRQ_TYPE",
+                1,
+                "0 (basic SRQ); XRC is not supported",
+            ));
         }
         if (1u64 << srqc.shift()) > caps.max_srq_wqes as u64 {
-            return Err(Rejection::parameter("SHIFT", srqc.shift() as u64, format!("a depth of at most {} WQEs", caps.max_srq_wqes)));
+            return Err(Rejection::parameter(
+                "SHIFT",
+                srqc.shift() as u64,
+                format!("a depth of at most {} WQEs", caps.max_srq_wqes),
+            ));
         }
         if (1u32 << srqc.max_sge_shift()) > caps.max_srq_sges as u32 {
-            return Err(Rejection::parameter("RQWS", srqc.max_sge_shift() as u64, format!("at most {} SGEs per WQE", caps.max_srq_sges)));
+            return Err(Rejection::parameter(
+                "RQWS",
+                srqc.max_sge_shift() as u64,
+                format!("at most {} SGEs per WQE", caps.max_srq_sges),
+            ));
         }
         if srqc.protection_domain() >= caps.num_pds {
-            return Err(Rejection::parameter("PD", srqc.protection_domain() as u64, format!("a PD number below {}", caps.num_pds)));
+            return Err(Rejection::parameter(
+                "PD",
+                srqc.protection_domain() as u64,
+                format!("a PD number below {}", caps.num_pds),
+            ));
         }
         Self::validate_srq_limit(&srqc)?;
         Self::srq_buffers(&srqc)?;
@@ -98,13 +127,21 @@ impl Device {
         self.srq_index_check(srqn)?;
         let (current, address) = self.read_context::<Srqc>(ContextTable::Srqc, srqn)?;
         if current.srq_state_raw() != SRQ_VALID {
-            return Err(Rejection::state("SRQ_ST", current.srq_state_raw() as u64, format!("SRQ {srqn:#x} created")));
+            return Err(Rejection::state(
+                "SRQ_ST",
+                current.srq_state_raw() as u64,
+                format!("SRQ {srqn:#x} created"),
+            ));
         }
         let merged = merge_under_mask(&current, &context, &mask);
         let mut limit_only = current;
         limit_only.set_limit_watermark(merged.limit_watermark());
         if limit_only != merged {
-            return Err(Rejection::parameter("mask", 0, "only LIMIT_WL opened in the mask (an SRQ cannot be resized)"));
+            return Err(Rejection::parameter(
+                "mask",
+                0,
+                "only LIMIT_WL opened in the mask (an SRQ cannot be resized)",
+            ));
         }
         Self::validate_srq_limit(&merged)?;
         self.write_context(address, &merged)
@@ -121,7 +158,11 @@ impl Device {
         self.srq_index_check(srqn)?;
         let (mut current, address) = self.read_context::<Srqc>(ContextTable::Srqc, srqn)?;
         if current.srq_state_raw() != SRQ_VALID {
-            return Err(Rejection::state("SRQ_ST", current.srq_state_raw() as u64, format!("SRQ {srqn:#x} created")));
+            return Err(Rejection::state(
+                "SRQ_ST",
+                current.srq_state_raw() as u64,
+                format!("SRQ {srqn:#x} created"),
+            ));
         }
         current.set_srq_state_raw(0);
         self.write_context(address, &current)
@@ -129,14 +170,22 @@ impl Device {
 
     /// SRQ doorbell (cmd 2): the new index-queue producer index.
     pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
-        let found = self.srq_index_check(srqn).and_then(|()| self.read_context::<Srqc>(ContextTable::Srqc, srqn));
+        let found = self
+            .srq_index_check(srqn)
+            .and_then(|()| self.read_context::<Srqc>(ContextTable::Srqc, srqn));
         match found {
             Ok((mut srqc, address)) if srqc.srq_state_raw() == SRQ_VALID => {
                 let depth = 1u32 << srqc.shift();
                 let outstanding = producer_index.wrapping_sub(srqc.consumer_index()) as u32;
                 if outstanding > depth {
                     self.counters.doorbells_dropped += 1;
-                    self.diagnose(Source::Doorbell, format!("SRQ {srqn:#x}"), "PI", producer_index as u64, format!("at most {depth} WQEs past the consumer index {}", srqc.consumer_index()));
+                    self.diagnose(
+                        Source::Doorbell,
+                        format!("SRQ {srqn:#x}"),
+                        "PI",
+                        producer_index as u64,
+                        format!("at most {depth} WQEs past the consumer index {}", srqc.consumer_index()),
+                    );
                     self.post_async_event(rnic_firmware_if::event::AsyncEventType::SrqCatasError, 0, srqn);
                     return;
                 }
@@ -146,7 +195,13 @@ impl Device {
             }
             _ => {
                 self.counters.doorbells_dropped += 1;
-                self.diagnose(Source::Doorbell, format!("SRQ {srqn:#x}"), "TAG", srqn as u64, "an existing SRQ");
+                self.diagnose(
+                    Source::Doorbell,
+                    format!("SRQ {srqn:#x}"),
+                    "TAG",
+                    srqn as u64,
+                    "an existing SRQ",
+                );
                 self.post_async_event(rnic_firmware_if::event::AsyncEventType::SrqCatasError, 0, srqn);
             }
         }
