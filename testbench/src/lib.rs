@@ -1,1 +1,10 @@
-//! placeholder
+//! # rnic-testbench — verification harness and benchmarks
+//!
+//! [`harness::RegisterHarness`] drives the device model through its registers with a
+//! minimal driver written from `docs/register-map.md`, independent of `verbs-provider`,
+//! so verification tests can misbehave on purpose and check the device's answers. The
+//! random-stimulus scoreboard, fault plans and `rnic-bench` come with the transport and
+//! timing issues.
+#![warn(missing_docs)]
+
+pub mod harness;

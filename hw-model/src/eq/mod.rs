@@ -753,9 +753,7 @@ impl Device {
     }
 
     /// Number of created EQs (for the device's resource accounting and leak checks).
-    // Part of the engine's contract with the device; no caller in the library yet.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn active_eq_count(&self) -> usize {
+    pub fn active_eq_count(&self) -> usize {
         self.eqs
             .slots
             .iter()
