@@ -135,14 +135,24 @@ impl RegisterHarness {
                 .bar_write(regs::MSIX_BAR, entry + 12, &0u32.to_le_bytes());
         }
         harness.ring = harness.allocate(RING_DEPTH as usize * DESCRIPTOR_SIZE);
-        harness.write_register(regs::CSQ_BASE_LOW, harness.ring as u32);
-        harness.write_register(regs::CSQ_BASE_HIGH, (harness.ring >> 32) as u32);
-        harness.write_register(regs::CSQ_DEPTH, RING_DEPTH / 8);
-        harness.write_register(regs::CSQ_CONSUMER_INDEX, 0);
-        harness.write_register(regs::CSQ_PRODUCER_INDEX, 0);
+        harness.reinitialize_command_queue();
         harness.mailbox_in = harness.allocate(4096);
         harness.mailbox_out = harness.allocate(4096);
         harness
+    }
+
+    /// Programs the command-queue registers as a driver does at initialisation (and as a
+    /// driver recovering from a broken queue would), re-enabling memory decoding and bus
+    /// mastering first.
+    pub fn reinitialize_command_queue(&mut self) {
+        let command = pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER;
+        self.device.config_write(pci::offset::COMMAND, &command.to_le_bytes());
+        self.write_register(regs::CSQ_BASE_LOW, self.ring as u32);
+        self.write_register(regs::CSQ_BASE_HIGH, (self.ring >> 32) as u32);
+        self.write_register(regs::CSQ_DEPTH, RING_DEPTH / 8);
+        self.write_register(regs::CSQ_CONSUMER_INDEX, 0);
+        self.write_register(regs::CSQ_PRODUCER_INDEX, 0);
+        self.producer_index = self.read_register(regs::CSQ_PRODUCER_INDEX);
     }
 
     /// Allocates zeroed, 4 KiB-aligned DMA memory.
@@ -277,6 +287,11 @@ impl RegisterHarness {
             let status = self.mailbox_raw(table.write_bt0() as u8, index, address, 0);
             assert_eq!(status, MailboxCompletion::Success, "WRITE_BT0 for {table:?} {index}");
         }
+    }
+
+    /// Whether [`RegisterHarness::create_aeq`] has run.
+    pub fn has_aeq(&self) -> bool {
+        self.aeq.is_some()
     }
 
     /// Creates the AEQ (EQN = number of CEQs) with interrupts enabled; returns its EQN.
