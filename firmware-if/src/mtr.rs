@@ -17,6 +17,12 @@ pub const MIN_PAGE_SHIFT: u32 = 12;
 pub const MAX_HOP: u8 = 3;
 /// Size of a BT entry in bytes.
 pub const BT_ENTRY_SIZE: u64 = 8;
+/// Largest buffer page (and context-table chunk) shift the device accepts: 1 GiB pages.
+pub const MAX_BUFFER_PAGE_SHIFT: u32 = 30;
+/// Largest BT page shift the device accepts: 2 MiB BT pages.
+pub const MAX_BT_PAGE_SHIFT: u32 = 21;
+/// Most regions one MTR may have (SQ, extended SGEs, RQ).
+pub const MAX_REGIONS: usize = 3;
 
 /// Page shift encoded in a 4-bit `*_PG_SZ` field (`page_shift − 12`).
 pub const fn page_shift_from_field(field: u8) -> u32 {

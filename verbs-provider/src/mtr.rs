@@ -19,14 +19,8 @@
 //! This file depends only on `rnic-firmware-if`, `thiserror` and `std`, so device-side
 //! tests can compile it directly and check the walker against the real builder.
 
+pub use rnic_firmware_if::mtr::{MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT, MAX_REGIONS};
 use rnic_firmware_if::mtr::{MtrRegion, BT_ENTRY_SIZE, MAX_HOP, MIN_PAGE_SHIFT};
-
-/// Largest buffer page shift the device accepts (1 GiB pages).
-pub const MAX_BUFFER_PAGE_SHIFT: u32 = 30;
-/// Largest BT page shift the device accepts (2 MiB BT pages).
-pub const MAX_BT_PAGE_SHIFT: u32 = 21;
-/// Most regions one MTR may have (SQ, extended SGEs, RQ).
-pub const MAX_REGIONS: usize = 3;
 /// Alignment the device requires of the root address in direct (hop 0) mode.
 pub const DIRECT_ROOT_ALIGNMENT: u64 = 1 << MIN_PAGE_SHIFT;
 

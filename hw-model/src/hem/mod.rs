@@ -34,10 +34,7 @@ use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
 #[cfg(test)]
 mod tests;
 
-/// Largest BT page shift accepted for context tables.
-pub const MAX_BT_PAGE_SHIFT: u32 = 21;
-/// Largest buffer chunk shift accepted for context tables.
-pub const MAX_BUFFER_PAGE_SHIFT: u32 = 30;
+pub use rnic_firmware_if::mtr::{MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
 /// Required alignment of BT page and buffer chunk addresses.
 pub const HEM_ADDRESS_ALIGNMENT: u64 = 1 << MIN_PAGE_SHIFT;
 

@@ -34,12 +34,7 @@ pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
 
-/// Most regions one MTR may have (SQ, extended SGEs, RQ).
-pub const MAX_REGIONS: usize = 3;
-/// Largest buffer page shift accepted (1 GiB pages).
-pub const MAX_BUFFER_PAGE_SHIFT: u32 = 30;
-/// Largest BT page shift accepted (2 MiB BT pages).
-pub const MAX_BT_PAGE_SHIFT: u32 = 21;
+pub use rnic_firmware_if::mtr::{MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT, MAX_REGIONS};
 /// Alignment of the root (first page) in direct mode.
 pub const DIRECT_ROOT_ALIGNMENT: u64 = 1 << MIN_PAGE_SHIFT;
 
