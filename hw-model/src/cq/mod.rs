@@ -418,7 +418,8 @@ impl Device {
     /// `solicited` is the solicited-event bit of the completed request; an error status
     /// also satisfies a solicited-only arm.
     pub(crate) fn post_cqe(&mut self, cqn: u32, mut cqe: Cqe, solicited: bool) -> Result<(), CqError> {
-        let object = format!("CQ {cqn:#x}");
+        // The object name is built only on error paths: this function is on the data path.
+        let object = || format!("CQ {cqn:#x}");
         let (mut cqc, context_address) = match self.cq_context(cqn) {
             Ok(found) => found,
             Err(rejection) => {
@@ -427,7 +428,7 @@ impl Device {
                     cqe.local_qp_number(),
                     rejection.expected
                 );
-                self.diagnose(Source::CompletionQueue, object, "CQN", cqn.into(), expected);
+                self.diagnose(Source::CompletionQueue, object(), "CQN", cqn.into(), expected);
                 self.post_async_event(AsyncEventType::CqIdInvalid, 0, cqn);
                 return Err(CqError::Context { cqn, rejection });
             }
@@ -436,7 +437,7 @@ impl Device {
             Ok(CqState::Valid) => {}
             Ok(CqState::Invalid) => {
                 let expected = format!("a created CQ for a completion of QP {:#x}", cqe.local_qp_number());
-                self.diagnose(Source::CompletionQueue, object, Cqc::CQ_ST.name, 0, expected);
+                self.diagnose(Source::CompletionQueue, object(), Cqc::CQ_ST.name, 0, expected);
                 self.post_async_event(AsyncEventType::CqIdInvalid, 0, cqn);
                 return Err(CqError::Invalid { cqn });
             }
@@ -444,7 +445,7 @@ impl Device {
                 let state = cqc.cq_state_raw();
                 self.diagnose(
                     Source::CompletionQueue,
-                    object,
+                    object(),
                     Cqc::CQ_ST.name,
                     state.into(),
                     "a valid CQ (the CQE is dropped)",
@@ -482,7 +483,7 @@ impl Device {
                 Cqc::CQ_CONSUMER_IDX.name
             };
             let expected = format!("a consumer index at most {depth} behind the producer index {producer_index:#x} (the CQE is written anyway)");
-            self.diagnose(Source::CompletionQueue, object, field, consumer_index.into(), expected);
+            self.diagnose(Source::CompletionQueue, object(), field, consumer_index.into(), expected);
         }
         cqe.set_owner(owner_bit_for_producer(producer_index, depth));
         let offset = u64::from(producer_index & (depth - 1)) * size as u64;
