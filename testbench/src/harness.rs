@@ -328,7 +328,7 @@ impl RegisterHarness {
             self.write_register(regs::event_int_enable(0), 1);
         }
         let buffer = self.allocate(QUEUE_DEPTH as usize * 64);
-        let status = self.mailbox_with(MailboxOpcode::CreateCqc, cqn, &Self::cq_context(buffer), None);
+        let status = self.mailbox_with(MailboxOpcode::CreateCqc, cqn, &Self::cq_context(cqn, buffer), None);
         assert_eq!(status, MailboxCompletion::Success, "CREATE_CQC {cqn}");
         buffer
     }
@@ -337,9 +337,10 @@ impl RegisterHarness {
         self.query::<Eqc>(MailboxOpcode::QueryCeqc, 0).0 == MailboxCompletion::Success
     }
 
-    /// A valid CQC for a direct CQE buffer at `buffer`.
-    pub fn cq_context(buffer: u64) -> Cqc {
+    /// A valid CQC for CQ `cqn` with a direct CQE buffer at `buffer`.
+    pub fn cq_context(cqn: u32, buffer: u64) -> Cqc {
         let mut cqc = Cqc::zeroed();
+        cqc.set_cq_number(cqn);
         cqc.set_cq_state_raw(CqState::Valid as u8);
         cqc.set_arm_state_raw(CqArmState::NoArmed as u8);
         cqc.set_shift(QUEUE_DEPTH.trailing_zeros() as u8);

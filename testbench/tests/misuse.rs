@@ -226,7 +226,12 @@ fn creating_an_object_twice_or_destroying_a_missing_one_is_invalid_state() {
     h.configure_tables();
     h.create_aeq();
     let buffer = h.create_cq(4);
-    let again = h.mailbox_with(MailboxOpcode::CreateCqc, 4, &RegisterHarness::cq_context(buffer), None);
+    let again = h.mailbox_with(
+        MailboxOpcode::CreateCqc,
+        4,
+        &RegisterHarness::cq_context(4, buffer),
+        None,
+    );
     assert_eq!(again, MailboxCompletion::InvalidState);
     h.ensure_context(Table::Srqc, 2);
     assert_eq!(
@@ -292,7 +297,7 @@ fn a_cq_whose_buffer_is_unmapped_reports_cq_access_error_when_a_cqe_is_due() {
     let created = h.mailbox_with(
         MailboxOpcode::CreateCqc,
         2,
-        &RegisterHarness::cq_context(UNMAPPED),
+        &RegisterHarness::cq_context(2, UNMAPPED),
         None,
     );
     assert_eq!(

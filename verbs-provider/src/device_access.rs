@@ -72,11 +72,7 @@ pub struct DmaBuffer {
 impl DmaBuffer {
     /// Creates the handle; for backends only.
     pub fn new(address: u64, size: usize, token: u64) -> Self {
-        Self {
-            address,
-            size,
-            token,
-        }
+        Self { address, size, token }
     }
 
     /// Bus address of the first byte (what the device is told).
@@ -126,11 +122,7 @@ pub struct UserMemory {
 impl UserMemory {
     /// Creates the handle; for backends only.
     pub fn new(pages: Vec<u64>, length: usize, token: u64) -> Self {
-        Self {
-            pages,
-            length,
-            token,
-        }
+        Self { pages, length, token }
     }
 
     /// Bus address of each 4 KiB page of the buffer, in buffer order. Byte `i` of the

@@ -1,7 +1,7 @@
 //! # rnic-verbs — user-space driver and verbs API of rnic-emu
 //!
 //! What the hns kernel driver and the rdma-core `hns` provider do for a HiSilicon RoCE
-//! NIC, in one Rust crate, over a pluggable [`DeviceAccess`](device_access::DeviceAccess):
+//! NIC, in one Rust crate, over a pluggable [`DeviceAccess`]:
 //!
 //! ```text
 //!   application
@@ -31,4 +31,10 @@ pub mod mtr;
 pub mod verbs;
 
 pub use device_access::DeviceAccess;
-pub use verbs::*;
+pub use verbs::{
+    AccessFlags, AddressHandle, AhAttributes, AsyncEvent, AsyncEventElement, AsyncEventKind, AtomicCapability,
+    CompletionChannel, CompletionQueue, Context, CqAttributes, CqEvent, DestroyError, DeviceAttributes,
+    DeviceCapabilityFlags, Gid, LinkLayer, MemoryRegion, Mtu, ObjectCounts, PortAttributes, PortState,
+    ProtectionDomain, QpAttributeMask, QpAttributes, QpBufferInfo, QpCapabilities, QpInitAttributes, QpState, QpType,
+    QueuePair, Result, SharedReceiveQueue, SrqAttributeMask, SrqAttributes, VerbsError,
+};

@@ -19,8 +19,8 @@
 //! This file depends only on `rnic-firmware-if`, `thiserror` and `std`, so device-side
 //! tests can compile it directly and check the walker against the real builder.
 
-pub use rnic_firmware_if::mtr::{MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT, MAX_REGIONS};
 use rnic_firmware_if::mtr::{MtrRegion, BT_ENTRY_SIZE, MAX_HOP, MIN_PAGE_SHIFT};
+pub use rnic_firmware_if::mtr::{MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT, MAX_REGIONS};
 /// Alignment the device requires of the root address in direct (hop 0) mode.
 pub const DIRECT_ROOT_ALIGNMENT: u64 = 1 << MIN_PAGE_SHIFT;
 

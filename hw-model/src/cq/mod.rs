@@ -221,9 +221,15 @@ impl Device {
                 format!("CQ {cqn:#x} not in use (destroy it first)"),
             ));
         }
+        if cqc.cq_number() != cqn {
+            return Err(Rejection::parameter(
+                Cqc::CQN.name,
+                cqc.cq_number().into(),
+                format!("the CQ number of the mailbox tag, {cqn:#x}"),
+            ));
+        }
         self.check_new_cqc(&cqc)?;
         let mut context = cqc;
-        context.set_cq_number(cqn);
         context.set_producer_index(0);
         context.set_consumer_index(0);
         self.write_context(address, &context)?;
@@ -483,7 +489,13 @@ impl Device {
                 Cqc::CQ_CONSUMER_IDX.name
             };
             let expected = format!("a consumer index at most {depth} behind the producer index {producer_index:#x} (the CQE is written anyway)");
-            self.diagnose(Source::CompletionQueue, object(), field, consumer_index.into(), expected);
+            self.diagnose(
+                Source::CompletionQueue,
+                object(),
+                field,
+                consumer_index.into(),
+                expected,
+            );
         }
         cqe.set_owner(owner_bit_for_producer(producer_index, depth));
         let offset = u64::from(producer_index & (depth - 1)) * size as u64;

@@ -65,12 +65,15 @@ fn aeq_entries(bench: &mut Bench) -> u32 {
 }
 
 #[test]
-fn create_cq_writes_the_context_with_its_cqn_and_zero_indices() {
+fn create_cq_refuses_a_context_for_another_cqn_and_starts_with_zero_indices() {
     let mut bench = bench();
     let mut context = cqc(0, 6, CqeSize::Bytes64, 0);
     context.set_cq_number(0x777);
     context.set_producer_index(5);
     context.set_consumer_index(9);
+    let refused = bench.device.create_cq(3, context).unwrap_err();
+    assert_eq!((refused.field, refused.value), ("CQN", 0x777));
+    context.set_cq_number(3);
     bench.device.create_cq(3, context).unwrap();
     let stored = bench.cqc(3);
     assert_eq!(stored.cq_state(), Ok(CqState::Valid));

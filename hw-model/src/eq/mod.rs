@@ -177,30 +177,27 @@ impl EventQueues {
         }
     }
 
-    /// Number of CEQs (EQN of the AEQ).
+    /// Number of CEQs the device has vectors for.
     pub(crate) fn num_ceqs(&self) -> u32 {
         self.num_ceqs
     }
 
-    /// EQN of the AEQ.
+    /// EQN of the created AEQ; before one exists, the number hns drivers use when they
+    /// create every CEQ the device offers.
     pub(crate) fn aeq_number(&self) -> u32 {
-        self.num_ceqs
+        (0..self.slots.len() as u32)
+            .find(|eqn| self.active(*eqn).is_some_and(|q| q.kind == EqKind::Async))
+            .unwrap_or(self.num_ceqs)
     }
 
-    /// The kind of EQ number `eqn`, if it is one.
+    /// The kind of the created EQ `eqn`, if any.
     pub(crate) fn kind_of(&self, eqn: u32) -> Option<EqKind> {
-        if eqn < self.num_ceqs {
-            Some(EqKind::Completion)
-        } else if eqn < self.num_ceqs + NUM_AEQS {
-            Some(EqKind::Async)
-        } else {
-            None
-        }
+        self.active(eqn).map(|queue| queue.kind)
     }
 
     /// Whether `eqn` is a created EQ of `kind`.
     pub(crate) fn is_active(&self, eqn: u32, kind: EqKind) -> bool {
-        self.kind_of(eqn) == Some(kind) && self.active(eqn).is_some()
+        self.kind_of(eqn) == Some(kind)
     }
 
     fn active(&self, eqn: u32) -> Option<&EventQueue> {
@@ -222,14 +219,21 @@ impl EventQueues {
         self.next_generation
     }
 
-    /// Refuses an EQN that is not of `kind` with [`MailboxCompletion::InvalidIndex`].
+    /// Refuses an EQN that cannot hold an EQ of `kind` with
+    /// [`MailboxCompletion::InvalidIndex`]: a CEQ needs its own vector, so its number is
+    /// below the device's CEQ count; the AEQ may take any EQ number (hns gives it the
+    /// number after the CEQs the driver created).
     fn check_number(&self, eqn: u32, kind: EqKind) -> Result<(), Rejection> {
-        if self.kind_of(eqn) == Some(kind) {
+        let limit = match kind {
+            EqKind::Completion => self.num_ceqs,
+            EqKind::Async => self.slots.len() as u32,
+        };
+        if eqn < limit {
             return Ok(());
         }
         let expected = match kind {
             EqKind::Completion => format!("a CEQ number below {}", self.num_ceqs),
-            EqKind::Async => format!("the AEQ number {}", self.num_ceqs),
+            EqKind::Async => format!("an EQ number below {}", self.slots.len()),
         };
         Err(Rejection {
             status: MailboxCompletion::InvalidIndex,
@@ -342,10 +346,11 @@ impl EventQueues {
 
     /// MSI-X vector of EQ `eqn`.
     fn vector(&self, eqn: u32) -> u16 {
-        if eqn < self.num_ceqs {
-            self.ceq_vector_base + eqn as u16
-        } else {
-            self.aeq_vector_base + (eqn - self.num_ceqs) as u16
+        match self.kind_of(eqn) {
+            Some(EqKind::Async) => self.aeq_vector_base,
+            Some(EqKind::Completion) => self.ceq_vector_base + eqn as u16,
+            None if eqn < self.num_ceqs => self.ceq_vector_base + eqn as u16,
+            None => self.aeq_vector_base,
         }
     }
 }
@@ -452,6 +457,16 @@ impl Device {
     /// CREATE_CEQC / CREATE_AEQC: checks the EQC and makes EQ `eqn` active.
     pub(crate) fn create_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc) -> Result<(), Rejection> {
         self.eqs.check_number(eqn, kind)?;
+        if kind == EqKind::Async {
+            let existing = self.eqs.aeq_number();
+            if existing != eqn && self.eqs.is_active(existing, EqKind::Async) {
+                return Err(Rejection::state(
+                    "tag",
+                    u64::from(eqn),
+                    format!("one AEQ per function (AEQ {existing} exists)"),
+                ));
+            }
+        }
         if self.eqs.active(eqn).is_some() {
             return Err(Rejection::state(
                 Eqc::EQ_ST.name,

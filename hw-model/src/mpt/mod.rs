@@ -208,7 +208,15 @@ impl Device {
     /// QUERY_MPT (mailbox 0x62).
     pub(crate) fn query_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
         self.mpt_index(index)?;
-        Ok(self.read_context::<Mpt>(ContextTable::Mpt, index)?.0)
+        let mpt = self.read_context::<Mpt>(ContextTable::Mpt, index)?.0;
+        if !matches!(mpt.mpt_state(), Ok(MptState::Valid | MptState::Free)) {
+            return Err(Rejection::state(
+                "MPT_ST",
+                mpt.mpt_state_raw() as u64,
+                format!("MPT {index:#x} in use"),
+            ));
+        }
+        Ok(mpt)
     }
 
     /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in

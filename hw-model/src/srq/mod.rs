@@ -114,9 +114,15 @@ impl Device {
                 format!("a PD number below {}", caps.num_pds),
             ));
         }
+        if srqc.srq_number() != srqn {
+            return Err(Rejection::parameter(
+                "SRQN",
+                srqc.srq_number() as u64,
+                format!("the SRQ number of the mailbox tag, {srqn:#x}"),
+            ));
+        }
         Self::validate_srq_limit(&srqc)?;
         Self::srq_buffers(&srqc)?;
-        srqc.set_srq_number(srqn);
         srqc.set_producer_index(0);
         srqc.set_consumer_index(0);
         self.write_context(address, &srqc)

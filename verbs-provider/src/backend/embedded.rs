@@ -65,7 +65,7 @@ impl Default for EmbeddedConfig {
             device: DeviceConfig::default(),
             mmio_cost: Picoseconds::from_nanos(DEFAULT_MMIO_COST_NS),
             user_memory_layout: UserMemoryLayout::Scattered,
-            seed: 0x5EED_0F_2024,
+            seed: 0x5EED_2024,
         }
     }
 }
@@ -288,16 +288,17 @@ impl DeviceAccess for EmbeddedDevice {
         let end = address
             .checked_add(frames * FRAME_SIZE)
             .filter(|end| *end <= USER_MEMORY_BASE)
-            .ok_or(AccessError::OutOfMemory { size, align: align as usize })?;
+            .ok_or(AccessError::OutOfMemory {
+                size,
+                align: align as usize,
+            })?;
         space.next_dma = end;
         let backing = Backing::zeroed((frames * FRAME_SIZE) as usize);
         self.shared
             .memory
             .map_contiguous(address, &backing, 0, frames as usize, true);
         let token = space.token();
-        space
-            .allocations
-            .insert(token, Allocation { address, frames });
+        space.allocations.insert(token, Allocation { address, frames });
         Ok(DmaBuffer::new(address, size, token))
     }
 
@@ -306,9 +307,7 @@ impl DeviceAccess for EmbeddedDevice {
         match space.allocations.remove(&buffer.token()) {
             Some(allocation) => {
                 for frame in 0..allocation.frames {
-                    self.shared
-                        .memory
-                        .unmap_frame(allocation.address + frame * FRAME_SIZE);
+                    self.shared.memory.unmap_frame(allocation.address + frame * FRAME_SIZE);
                 }
             }
             None => tracing::error!(?buffer, "free_dma of an unknown buffer"),
@@ -387,9 +386,7 @@ impl DeviceAccess for EmbeddedDevice {
     }
 
     fn unregister_user_memory(&self, memory: UserMemory) -> Vec<u8> {
-        let registration = lock(&self.shared.space)
-            .registrations
-            .remove(&memory.token());
+        let registration = lock(&self.shared.space).registrations.remove(&memory.token());
         let Some(registration) = registration else {
             tracing::error!(?memory, "unregister of an unknown application buffer");
             return Vec::new();
@@ -418,12 +415,7 @@ impl DeviceAccess for EmbeddedDevice {
     }
 
     fn poll_interrupts(&self) -> Vec<u16> {
-        self.shared
-            .interrupts
-            .take()
-            .into_iter()
-            .map(|m| m.vector)
-            .collect()
+        self.shared.interrupts.take().into_iter().map(|m| m.vector).collect()
     }
 
     fn wait_interrupt(&self, timeout_ns: u64) -> Vec<u16> {

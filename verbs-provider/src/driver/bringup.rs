@@ -18,9 +18,8 @@ use std::sync::Arc;
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::caps::{DeviceCaps, CAPS_DESCRIPTOR_COUNT};
 use rnic_firmware_if::cmdq::{
-    BaseAddressTableAttributes, FirmwareVersion, FunctionInfo, FunctionResourcesA,
-    FunctionResourcesB, GidEntry, GidType, GlobalParam, HardwareVersion, Opcode, SmacEntry,
-    DESCRIPTOR_DATA_SIZE,
+    BaseAddressTableAttributes, FirmwareVersion, FunctionClear, FunctionInfo, FunctionResourcesA, FunctionResourcesB,
+    GidEntry, GidType, GlobalParam, HardwareVersion, Opcode, SmacEntry, DESCRIPTOR_DATA_SIZE,
 };
 use rnic_firmware_if::context::{CQC_SIZE, MPT_SIZE, QPC_SIZE, SRQC_SIZE};
 use rnic_firmware_if::mailbox::ContextTable;
@@ -42,6 +41,8 @@ pub const CYCLES_PER_MICROSECOND: u16 = 999;
 pub const ROCE_V2_UDP_PORT: u16 = 4791;
 /// Polls of FUNCTION_RESET (1 µs apart) before giving up: 100 ms.
 pub const RESET_POLLS: u32 = 100_000;
+/// FUNC_CLEAR completion polls (20 µs apart) before giving up.
+pub const FUNCTION_CLEAR_POLLS: u32 = 1_000;
 /// MSI-X message address programmed into every vector (the x86 local-APIC window; the
 /// model delivers the message to the backend whatever the address).
 pub const MSIX_MESSAGE_ADDRESS: u64 = 0xFEE0_0000;
@@ -62,6 +63,9 @@ pub struct DriverConfig {
     /// An IPv4 address for the port: GID 0 becomes the IPv4-mapped RoCEv2 GID and the
     /// MAC-derived link-local GID moves to index 1. `None`: GID 0 is the link-local GID.
     pub ipv4_address: Option<[u8; 4]>,
+    /// Once the EQs exist, await mailbox completions as AEQ events (hns `cmd_mod = 1`)
+    /// instead of polling `QUERY_MB_ST`.
+    pub mailbox_event_mode: bool,
 }
 
 impl Default for DriverConfig {
@@ -73,6 +77,7 @@ impl Default for DriverConfig {
             max_eq_depth: 1024,
             mac_address: None,
             ipv4_address: None,
+            mailbox_event_mode: true,
         }
     }
 }
@@ -110,6 +115,8 @@ fn payload_of<L: Layout>(layout: &L) -> [u8; DESCRIPTOR_DATA_SIZE] {
 
 /// Everything bring-up allocated so far, for cleanup on failure.
 struct Partial {
+    /// BAR0 identified an rnic: only then may a reset be written.
+    identified: bool,
     cmdq: Option<CommandQueue>,
     mailbox: Option<Mailbox>,
     eqs: Vec<EventQueue>,
@@ -119,8 +126,10 @@ struct Partial {
 impl Partial {
     fn release(self, access: &dyn DeviceAccess) {
         // Stop the device before freeing anything it may read.
-        access.mmio_write32(regs::CONTROL_BAR, regs::FUNCTION_RESET, 1);
-        wait_for_reset(access).ok();
+        if self.identified {
+            access.mmio_write32(regs::CONTROL_BAR, regs::FUNCTION_RESET, 1);
+            wait_for_reset(access).ok();
+        }
         for eq in self.eqs {
             eq.release(access);
         }
@@ -160,11 +169,7 @@ fn msix_table(access: &dyn DeviceAccess) -> Result<(u16, u8, u64), DriverError> 
     }
     let control = access.config_read16(cap + 2);
     let table = access.config_read32(cap + 4);
-    Ok((
-        (control & 0x7FF) + 1,
-        (table & 0x7) as u8,
-        u64::from(table & !0x7),
-    ))
+    Ok(((control & 0x7FF) + 1, (table & 0x7) as u8, u64::from(table & !0x7)))
 }
 
 impl Driver {
@@ -176,22 +181,32 @@ impl Driver {
     pub fn bring_up(access: Box<dyn DeviceAccess>, config: &DriverConfig) -> Result<Self, DriverError> {
         let access = Arc::new(CountingAccess::new(access));
         let mut partial = Partial {
+            identified: false,
             cmdq: None,
             mailbox: None,
             eqs: Vec::new(),
             tables: None,
         };
         match Self::bring_up_steps(&access, config, &mut partial) {
-            Ok((info, tables, ceqs, aeq)) => Ok(Self {
-                cmdq: partial.cmdq.take().expect("set by the steps"),
-                mailbox: partial.mailbox.take().expect("set by the steps"),
-                access,
-                info,
-                tables,
-                ceqs,
-                aeq: Some(aeq),
-                shut_down: false,
-            }),
+            Ok((info, tables, ceqs, aeq)) => {
+                let mut mailbox = partial.mailbox.take().expect("set by the steps");
+                let aeq = if config.mailbox_event_mode {
+                    mailbox.enable_event_mode(aeq);
+                    None
+                } else {
+                    Some(aeq)
+                };
+                Ok(Self {
+                    cmdq: partial.cmdq.take().expect("set by the steps"),
+                    mailbox,
+                    access,
+                    info,
+                    tables,
+                    ceqs,
+                    aeq,
+                    shut_down: false,
+                })
+            }
             Err(e) => {
                 tracing::error!(%e, "bring-up failed");
                 partial.release(&*access);
@@ -226,6 +241,7 @@ impl Driver {
             });
         }
         let interface_version = access.mmio_read32(regs::CONTROL_BAR, regs::VERSION);
+        partial.identified = true;
 
         // 2. Reset.
         access.mmio_write32(regs::CONTROL_BAR, regs::FUNCTION_RESET, 1);
@@ -239,9 +255,7 @@ impl Driver {
         let (msix_vectors, table_bar, table_offset) = msix_table(access)?;
         if msix_vectors < FIRST_CEQ_VECTOR + 1 {
             return Err(DriverError::Msix {
-                reason: format!(
-                    "{msix_vectors} vectors: need one abnormal, one AEQ and at least one CEQ vector"
-                ),
+                reason: format!("{msix_vectors} vectors: need one abnormal, one AEQ and at least one CEQ vector"),
             });
         }
         for vector in 0..msix_vectors {
@@ -314,7 +328,11 @@ impl Driver {
         let hop = config.context_hop.min(rnic_firmware_if::mtr::MAX_HOP);
         let object_size = |from_caps: u64, layout: usize| {
             if from_caps != 0 && from_caps != layout as u64 {
-                tracing::warn!(from_caps, layout, "caps entry size differs from the layout size; using caps");
+                tracing::warn!(
+                    from_caps,
+                    layout,
+                    "caps entry size differs from the layout size; using caps"
+                );
             }
             if from_caps == 0 {
                 layout as u64
@@ -374,19 +392,14 @@ impl Driver {
             cqc: HemTable::new(ContextTable::Cqc, cqc),
             srqc: HemTable::new(ContextTable::Srqc, srqc),
         });
-        cmdq.write(
-            access,
-            Opcode::ClearExtendedDoorbellList,
-            &[0; DESCRIPTOR_DATA_SIZE],
-        )?;
+        cmdq.write(access, Opcode::ClearExtendedDoorbellList, &[0; DESCRIPTOR_DATA_SIZE])?;
 
         // 7. Source MAC and GIDs.
         let mac = config
             .mac_address
             .or_else(|| access.mac_address())
             .ok_or_else(|| DriverError::Unusable {
-                reason: "no MAC address: the backend does not know one and none was configured"
-                    .into(),
+                reason: "no MAC address: the backend does not know one and none was configured".into(),
             })?;
         let mut smac = SmacEntry::zeroed();
         smac.set_index(0);
@@ -431,14 +444,7 @@ impl Driver {
             period: caps.ceq_period,
         };
         for eqn in 0..ceq_count {
-            let eq = EventQueue::create(
-                access,
-                cmdq,
-                mailbox,
-                EqKind::Completion,
-                eqn,
-                ceq_parameters,
-            )?;
+            let eq = EventQueue::create(access, cmdq, mailbox, EqKind::Completion, eqn, ceq_parameters)?;
             partial.eqs.push(eq);
         }
         let aeq_parameters = EqParameters {
@@ -446,14 +452,7 @@ impl Driver {
             max_count: caps.aeq_max_count.max(1),
             period: caps.aeq_period,
         };
-        let aeq = EventQueue::create(
-            access,
-            cmdq,
-            mailbox,
-            EqKind::Async,
-            ceq_count,
-            aeq_parameters,
-        )?;
+        let aeq = EventQueue::create(access, cmdq, mailbox, EqKind::Async, ceq_count, aeq_parameters)?;
         access.mmio_write32(regs::CONTROL_BAR, regs::ABNORMAL_INT_ENABLE, u32::MAX);
         access.mmio_write32(regs::CONTROL_BAR, regs::ABNORMAL_INT_CONFIG, 1);
 
@@ -466,6 +465,7 @@ impl Driver {
             hardware_version: hw.hardware_version(),
             firmware_version: fw.version(),
             function_count: functions,
+            function_id: u32::from(a.function_id()),
             mac_id: function.mac_id(),
             caps,
             resources,
@@ -485,13 +485,26 @@ impl Driver {
             return;
         }
         self.shut_down = true;
-        let access: &dyn DeviceAccess = &*self.access;
+        let access_handle = self.access.clone();
+        let access: &dyn DeviceAccess = &*access_handle;
         access.mmio_write32(regs::CONTROL_BAR, regs::ABNORMAL_INT_CONFIG, 0);
+        // Back to poll mode: the AEQ itself is about to be destroyed.
+        let mut leftover = Vec::new();
+        if let Some(aeq) = self.mailbox.disable_event_mode(&mut leftover) {
+            self.aeq = Some(aeq);
+        }
+        if !leftover.is_empty() {
+            tracing::debug!(?leftover, "asynchronous events nobody collected before shutdown");
+        }
         let eqs: Vec<EventQueue> = self.aeq.take().into_iter().chain(self.ceqs.drain(..)).collect();
         for eq in &eqs {
             if let Err(e) = eq.destroy_on_device(access, &mut self.cmdq, &mut self.mailbox) {
                 tracing::warn!(eqn = eq.eqn(), %e, "EQ destroy failed during shutdown");
             }
+        }
+        // hns at exit: FUNC_CLEAR (write, then poll with the read flag until done).
+        if let Err(e) = self.clear_function() {
+            tracing::warn!(%e, "FUNC_CLEAR failed during shutdown");
         }
         // Reset before freeing anything: afterwards the device touches no host memory.
         access.mmio_write32(regs::CONTROL_BAR, regs::FUNCTION_RESET, 1);
@@ -505,6 +518,28 @@ impl Driver {
         self.mailbox.release(access);
         self.cmdq.release(access);
         tracing::info!(usage = ?self.access.usage(), "function shut down");
+    }
+}
+
+impl Driver {
+    /// FUNC_CLEAR for this function: the firmware forgets its contexts and tables.
+    fn clear_function(&mut self) -> Result<(), DriverError> {
+        let access: &dyn DeviceAccess = &*self.access;
+        let mut request = FunctionClear::zeroed();
+        request.set_function_id(self.info.function_id);
+        self.cmdq.write(access, Opcode::FunctionClear, &payload_of(&request))?;
+        for _ in 0..FUNCTION_CLEAR_POLLS {
+            let answer = self
+                .cmdq
+                .execute(access, Opcode::FunctionClear, true, &[payload_of(&request)])?;
+            if FunctionClear(answer[0]).done() {
+                return Ok(());
+            }
+            access.delay(20_000);
+        }
+        Err(DriverError::Unusable {
+            reason: format!("FUNC_CLEAR not done after {FUNCTION_CLEAR_POLLS} polls"),
+        })
     }
 }
 

@@ -7,8 +7,8 @@
 
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::cmdq::{
-    Descriptor, DescriptorFlags, Opcode, ReturnCode, DEFAULT_RING_DEPTH, DESCRIPTOR_DATA_SIZE,
-    DESCRIPTOR_SIZE, RING_DEPTH_UNIT,
+    Descriptor, DescriptorFlags, Opcode, ReturnCode, DEFAULT_RING_DEPTH, DESCRIPTOR_DATA_SIZE, DESCRIPTOR_SIZE,
+    RING_DEPTH_UNIT,
 };
 use rnic_firmware_if::regs;
 
@@ -137,11 +137,7 @@ impl CommandQueue {
     /// # Errors
     /// [`CommandError::Timeout`], [`CommandError::Failed`] (the first descriptor with a
     /// non-zero return code), [`CommandError::Memory`].
-    pub fn submit(
-        &mut self,
-        access: &dyn DeviceAccess,
-        descriptors: &mut [Descriptor],
-    ) -> Result<(), CommandError> {
+    pub fn submit(&mut self, access: &dyn DeviceAccess, descriptors: &mut [Descriptor]) -> Result<(), CommandError> {
         let count = descriptors.len();
         let opcode = descriptors
             .first()
@@ -262,7 +258,6 @@ impl CommandQueue {
     ) -> Result<[u8; DESCRIPTOR_DATA_SIZE], CommandError> {
         Ok(self.execute(access, opcode, false, std::slice::from_ref(payload))?[0])
     }
-
 }
 
 fn slot_address(ring: u64, slot: u32) -> u64 {

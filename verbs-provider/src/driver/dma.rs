@@ -208,8 +208,9 @@ impl Mtr {
             regions,
             pages,
         };
-        let built = build_mtr(&request, &mut || {
-            match access.allocate_dma(bt_page_size, bt_page_size) {
+        let built = build_mtr(
+            &request,
+            &mut || match access.allocate_dma(bt_page_size, bt_page_size) {
                 Ok(page) => {
                     let address = page.address();
                     allocated.push(page);
@@ -220,8 +221,8 @@ impl Mtr {
                     allocation_error = Some(e);
                     Err(MtrBuildError::BtAllocation { reason })
                 }
-            }
-        });
+            },
+        );
         let free_all = |allocated: Vec<DmaBuffer>| {
             for page in allocated {
                 access.free_dma(page);
@@ -248,10 +249,7 @@ impl Mtr {
             ba_page_shift,
             buffer_page_shift,
             regions: regions.to_vec(),
-            first_pages: [
-                pages.first().copied().unwrap_or(0),
-                pages.get(1).copied().unwrap_or(0),
-            ],
+            first_pages: [pages.first().copied().unwrap_or(0), pages.get(1).copied().unwrap_or(0)],
             bt_pages: allocated,
         })
     }
@@ -313,20 +311,15 @@ impl Mtr {
 /// `max_shift`, among those `page_size_cap` allows) such that the 4 KiB `pages` form
 /// naturally aligned, physically contiguous blocks of that size and `iova` is aligned to
 /// it. Returns the shift and the block addresses.
-pub fn largest_page_blocks(
-    pages: &[u64],
-    iova: u64,
-    page_size_cap: u32,
-    max_shift: u32,
-) -> (u32, Vec<u64>) {
+pub fn largest_page_blocks(pages: &[u64], iova: u64, page_size_cap: u32, max_shift: u32) -> (u32, Vec<u64>) {
     let fits = |shift: u32| -> bool {
         let size = 1u64 << shift;
         let per_block = 1usize << (shift - MIN_PAGE_SHIFT);
-        if iova % size != 0 {
+        if iova & (size - 1) != 0 {
             return false;
         }
         pages.chunks(per_block).all(|block| {
-            block[0] % size == 0
+            block[0] & (size - 1) == 0
                 && block
                     .iter()
                     .enumerate()

@@ -11,7 +11,7 @@
 //! the AEQ, vector `2 + i` CEQ `i`.
 
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::{EqArmState, EqState, EqeSize, Eqc};
+use rnic_firmware_if::context::{EqArmState, EqState, Eqc, EqeSize};
 use rnic_firmware_if::doorbell::{EqDoorbell, EqDoorbellCommand, EQ_DB_OFFSET};
 use rnic_firmware_if::eqe::{eqe_is_valid, Aeqe, AeqeMailbox, Ceqe};
 use rnic_firmware_if::event::AsyncEventType;
@@ -244,9 +244,7 @@ impl EventQueue {
                     if !eqe_is_valid(ceqe.owner(), self.consumer_index, self.depth) {
                         break;
                     }
-                    EqEntry::Completion {
-                        cqn: ceqe.cq_number(),
-                    }
+                    EqEntry::Completion { cqn: ceqe.cq_number() }
                 }
                 EqKind::Async => {
                     let aeqe = Aeqe::parse(&raw).expect("entry size matches the layout");
@@ -310,10 +308,7 @@ impl EventQueue {
         };
         mailbox
             .execute_plain(access, cmdq, opcode, self.eqn)
-            .map_err(|source| EqError::Mailbox {
-                eqn: self.eqn,
-                source,
-            })
+            .map_err(|source| EqError::Mailbox { eqn: self.eqn, source })
     }
 
     /// Frees the memory without telling the device (after a function reset).

@@ -302,13 +302,9 @@ impl HemTable {
         let chunk_address = chunk.address();
 
         if g.hop == 0 {
-            if let Err(source) = mailbox.write_base_address(
-                access,
-                cmdq,
-                self.opcode(BtCommand::Write),
-                index,
-                chunk_address,
-            ) {
+            if let Err(source) =
+                mailbox.write_base_address(access, cmdq, self.opcode(BtCommand::Write), index, chunk_address)
+            {
                 access.free_dma(chunk);
                 return Err(HemError::Mailbox {
                     table: self.table,
@@ -350,11 +346,9 @@ impl HemTable {
         // Link bottom-up in host memory: chunk into the last level, each new page into
         // its parent. The device only looks once the L0 slot is written.
         let mut writes = vec![(hop - 1, path.entries[hop - 1], chunk_address)];
-        for level in 1..hop {
-            if created[level] {
-                let child = self.levels[level][&path.keys[level]].buffer.address();
-                writes.push((level - 1, path.entries[level - 1], child));
-            }
+        for (level, _) in created.iter().enumerate().take(hop).skip(1).filter(|(_, c)| **c) {
+            let child = self.levels[level][&path.keys[level]].buffer.address();
+            writes.push((level - 1, path.entries[level - 1], child));
         }
         for &(level, entry, value) in &writes {
             let page = self.levels[level]
@@ -371,13 +365,8 @@ impl HemTable {
 
         if created[0] {
             let level0 = self.levels[0][&path.keys[0]].buffer.address();
-            if let Err(source) = mailbox.write_base_address(
-                access,
-                cmdq,
-                self.opcode(BtCommand::Write),
-                index,
-                level0,
-            ) {
+            if let Err(source) = mailbox.write_base_address(access, cmdq, self.opcode(BtCommand::Write), index, level0)
+            {
                 self.undo_created(access, &path, &created);
                 access.free_dma(chunk);
                 return Err(HemError::Mailbox {
@@ -459,10 +448,7 @@ impl HemTable {
         if chunk.references > 0 {
             return Ok(());
         }
-        let chunk = self
-            .chunks
-            .remove(&path.chunk)
-            .expect("looked up just above");
+        let chunk = self.chunks.remove(&path.chunk).expect("looked up just above");
         let hop = self.levels.len();
         let mut result = Ok(());
         let mut destroy_slot = hop == 0;
@@ -475,8 +461,11 @@ impl HemTable {
                 .get_mut(&path.keys[level])
                 .expect("a chunk in use has all its BT pages");
             let address = page.buffer.address() + path.entries[level] * BT_ENTRY_SIZE;
-            if let Err(e) = access.dma_write(address, &[0; 8]) {
-                result = Err(self.memory_error(e));
+            if let Err(source) = access.dma_write(address, &[0; 8]) {
+                result = Err(HemError::Memory {
+                    table: self.table,
+                    source,
+                });
             }
             page.used -= 1;
             if page.used > 0 {
@@ -493,12 +482,7 @@ impl HemTable {
         }
 
         if destroy_slot {
-            if let Err(source) = mailbox.execute_plain(
-                access,
-                cmdq,
-                self.opcode(BtCommand::Destroy),
-                index,
-            ) {
+            if let Err(source) = mailbox.execute_plain(access, cmdq, self.opcode(BtCommand::Destroy), index) {
                 tracing::error!(table = ?self.table, index, %source, "DESTROY_BT0 failed");
                 result = Err(HemError::Mailbox {
                     table: self.table,
@@ -582,12 +566,7 @@ impl ContextTables {
 
     /// Frees everything without telling the device.
     pub fn release_all(&mut self, access: &dyn DeviceAccess) {
-        for table in [
-            &mut self.qpc,
-            &mut self.mpt,
-            &mut self.cqc,
-            &mut self.srqc,
-        ] {
+        for table in [&mut self.qpc, &mut self.mpt, &mut self.cqc, &mut self.srqc] {
             table.release_all(access);
         }
     }

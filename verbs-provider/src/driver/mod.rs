@@ -1,5 +1,5 @@
 //! The kernel-driver half of the provider: what the hns kernel driver does for rdma-core,
-//! done here in user space over a [`DeviceAccess`].
+//! done here in user space over a [`DeviceAccess`](crate::device_access::DeviceAccess).
 //!
 //! * [`cmdq`]: the firmware command queue.
 //! * [`mailbox`]: mailbox commands over the command queue (poll mode).
@@ -29,7 +29,7 @@ use self::dma::{CountingAccess, DmaUsage, MtrError};
 use self::eq::{EqEntry, EqError, EventQueue};
 use self::hem::{ContextTables, HemError};
 use self::mailbox::{Mailbox, MailboxError};
-use crate::device_access::{AccessError, DeviceAccess};
+use crate::device_access::AccessError;
 
 pub use self::bringup::DriverConfig;
 
@@ -140,6 +140,8 @@ pub struct DeviceInfo {
     pub firmware_version: u32,
     /// Functions of the device (QUERY_FUNC_INFO).
     pub function_count: u32,
+    /// This function's id (QUERY_PF_RES `VF_ID`).
+    pub function_id: u32,
     /// MAC id of this function.
     pub mac_id: u32,
     /// Capabilities (QUERY_PF_CAPS_NUM).
@@ -215,7 +217,12 @@ impl Driver {
 
     /// EQN of the asynchronous EQ.
     pub fn aeq_number(&self) -> Option<u32> {
-        self.aeq.as_ref().map(EventQueue::eqn)
+        self.aeq.as_ref().or(self.mailbox.event_queue()).map(EventQueue::eqn)
+    }
+
+    /// Whether mailbox completions are awaited as AEQ events.
+    pub fn mailbox_event_mode(&self) -> bool {
+        self.mailbox.event_mode()
     }
 
     /// Leak counters.
@@ -239,12 +246,7 @@ impl Driver {
     ///
     /// # Errors
     /// [`MailboxError`].
-    pub fn mailbox_with_input(
-        &mut self,
-        opcode: MailboxOpcode,
-        tag: u32,
-        input: &[u8],
-    ) -> Result<(), MailboxError> {
+    pub fn mailbox_with_input(&mut self, opcode: MailboxOpcode, tag: u32, input: &[u8]) -> Result<(), MailboxError> {
         self.mailbox
             .execute_with_input(&*self.access, &mut self.cmdq, opcode, tag, input)
     }
@@ -253,12 +255,7 @@ impl Driver {
     ///
     /// # Errors
     /// [`MailboxError`].
-    pub fn mailbox_query(
-        &mut self,
-        opcode: MailboxOpcode,
-        tag: u32,
-        length: usize,
-    ) -> Result<Vec<u8>, MailboxError> {
+    pub fn mailbox_query(&mut self, opcode: MailboxOpcode, tag: u32, length: usize) -> Result<Vec<u8>, MailboxError> {
         self.mailbox
             .execute_query(&*self.access, &mut self.cmdq, opcode, tag, length)
     }
@@ -268,8 +265,7 @@ impl Driver {
     /// # Errors
     /// [`MailboxError`].
     pub fn mailbox_plain(&mut self, opcode: MailboxOpcode, tag: u32) -> Result<(), MailboxError> {
-        self.mailbox
-            .execute_plain(&*self.access, &mut self.cmdq, opcode, tag)
+        self.mailbox.execute_plain(&*self.access, &mut self.cmdq, opcode, tag)
     }
 
     /// Takes a context-table reference for object `index` of `table`.
@@ -293,10 +289,17 @@ impl Driver {
     }
 
     /// Consumes every pending entry of every EQ (AEQ first, so an error event about an
-    /// object is seen before completions that follow it).
+    /// object is seen before completions that follow it). In mailbox event mode the AEQ
+    /// entries come through the mailbox, which holds the AEQ.
     pub fn poll_event_queues(&mut self) -> Vec<EqEntry> {
-        let mut entries = Vec::new();
         let access = &*self.access;
+        let mut entries = match self.mailbox.poll_async_queue(access) {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::error!(%e, "cannot read the AEQ");
+                Vec::new()
+            }
+        };
         for eq in self.aeq.iter_mut().chain(self.ceqs.iter_mut()) {
             match eq.poll(access) {
                 Ok(mut new) => entries.append(&mut new),

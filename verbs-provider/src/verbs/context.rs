@@ -292,9 +292,7 @@ impl ContextState {
             match entry {
                 EqEntry::Completion { cqn } => match self.cq_routes.get(&cqn) {
                     Some(route) => {
-                        route
-                            .notifications
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        route.notifications.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         if let Some(channel) = route.channel.as_ref().and_then(Weak::upgrade) {
                             channel.push(cqn);
                         }
@@ -459,10 +457,7 @@ impl Context {
         check_port(port_num)?;
         let gids = &self.inner.info.gids;
         let entry = gids.get(index as usize).ok_or_else(|| {
-            VerbsError::InvalidArgument(format!(
-                "GID index {index} beyond the table of {}",
-                gids.len()
-            ))
+            VerbsError::InvalidArgument(format!("GID index {index} beyond the table of {}", gids.len()))
         })?;
         Ok(entry.map(|e| (Gid(e.gid), e.gid_type)))
     }
@@ -576,16 +571,7 @@ pub(crate) fn check_port(port_num: u8) -> Result<()> {
 fn device_attributes(info: &DeviceInfo) -> DeviceAttributes {
     let caps = &info.caps;
     let mac = info.mac;
-    let guid = u64::from_be_bytes([
-        mac[0] ^ 0x02,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
-    ]);
+    let guid = u64::from_be_bytes([mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]);
     let mut flags = DeviceCapabilityFlags::CURR_QP_STATE_MOD
         | DeviceCapabilityFlags::PORT_ACTIVE_EVENT
         | DeviceCapabilityFlags::SYS_IMAGE_GUID
@@ -610,7 +596,7 @@ fn device_attributes(info: &DeviceInfo) -> DeviceAttributes {
         max_qp_wr: caps.max_sq_wqes.min(caps.max_rq_wqes),
         device_cap_flags: flags,
         max_sge: u32::from(caps.max_sq_sges.min(caps.max_rq_sges)),
-        max_sge_rd: 1,
+        max_sge_rd: u32::from(caps.max_sq_sges),
         max_cq: caps.num_cqs,
         max_cqe: caps.max_cqes,
         max_mr: caps.num_mtpts,

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::{CqArmState, CqState, CqeSize, Cqc, CQC_SIZE};
+use rnic_firmware_if::context::{CqArmState, CqState, Cqc, CqeSize, CQC_SIZE};
 use rnic_firmware_if::doorbell::{CqDoorbell, DB_OFFSET};
 use rnic_firmware_if::mailbox::{ContextTable, MailboxOpcode};
 use rnic_firmware_if::mtr::{MtrRegion, MIN_PAGE_SHIFT};
@@ -61,12 +61,7 @@ impl CqInner {
             state.cq_routes.remove(&self.cqn);
             state.allocators.cqs.free(self.cqn);
         }
-        if let Some((buffer, mtr)) = self
-            .resources
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+        if let Some((buffer, mtr)) = self.resources.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let access: &dyn DeviceAccess = &*self.context.access;
             mtr.release(access);
             buffer.release(access);
@@ -152,10 +147,7 @@ impl Context {
                 ));
             }
         }
-        let depth = cqe
-            .max(MIN_CQ_DEPTH)
-            .max(u32::from(caps.min_cqes))
-            .next_power_of_two();
+        let depth = cqe.max(MIN_CQ_DEPTH).max(u32::from(caps.min_cqes)).next_power_of_two();
         let (cqe_size_field, cqe_size) = if caps.cqe_size == 32 {
             (CqeSize::Bytes32, 32usize)
         } else {
@@ -292,9 +284,7 @@ impl CompletionQueue {
     /// Publishes the consumer index with the set-CI doorbell (the data path calls this
     /// after polling).
     pub fn update_consumer_index(&self, consumer_index: u32) {
-        self.inner
-            .consumer_index
-            .store(consumer_index, Ordering::Relaxed);
+        self.inner.consumer_index.store(consumer_index, Ordering::Relaxed);
         let doorbell = CqDoorbell::update(self.inner.cqn, consumer_index & CI_MASK);
         self.inner
             .context
@@ -316,9 +306,8 @@ impl CompletionQueue {
             .mailbox_query(MailboxOpcode::QueryCqc, self.inner.cqn, CQC_SIZE)
             .map_err(VerbsError::mailbox("QUERY_CQC"))?;
         let cqc = Cqc::parse(&bytes).expect("queried exactly CQC_SIZE bytes");
-        let invalid = |e: rnic_firmware_if::context::ContextError| {
-            VerbsError::InvalidArgument(format!("device CQC: {e}"))
-        };
+        let invalid =
+            |e: rnic_firmware_if::context::ContextError| VerbsError::InvalidArgument(format!("device CQC: {e}"));
         Ok(CqAttributes {
             cq_number: cqc.cq_number(),
             cqe: 1 << cqc.shift(),

@@ -222,10 +222,7 @@ impl<T> DestroyError<T> {
     }
 
     pub(crate) fn gone(error: VerbsError) -> Self {
-        Self {
-            error,
-            object: None,
-        }
+        Self { error, object: None }
     }
 
     /// The errno of the failure.

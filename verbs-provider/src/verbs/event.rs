@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use rnic_firmware_if::event::{AsyncEventType, EventObject};
 
 use super::context::{Context, ContextInner};
+use crate::device_access::DeviceAccess;
 
 /// `ibv_event_type`, for the events this device raises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,9 +87,7 @@ impl AsyncEvent {
                     SqDrained => AsyncEventKind::SqDrained,
                     WqCatasError => AsyncEventKind::QpFatal,
                     InvReqLocalWqError => AsyncEventKind::QpRequestError,
-                    LocalWqAccessError | XrcdViolation | InvalidXrceth => {
-                        AsyncEventKind::QpAccessError
-                    }
+                    LocalWqAccessError | XrcdViolation | InvalidXrceth => AsyncEventKind::QpAccessError,
                     SrqLimitReach => AsyncEventKind::SrqLimitReached,
                     SrqLastWqeReach => AsyncEventKind::QpLastWqeReached,
                     SrqCatasError => AsyncEventKind::SrqError,
@@ -132,17 +131,11 @@ pub(crate) struct ChannelInner {
 
 impl ChannelInner {
     pub(crate) fn push(&self, cqn: u32) {
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(cqn);
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).push_back(cqn);
     }
 
     fn pop(&self) -> Option<u32> {
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
     }
 }
 

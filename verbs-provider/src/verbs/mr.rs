@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::mpt::index_to_key;
-use rnic_firmware_if::context::{MptState, Mpt, MPT_SIZE};
+use rnic_firmware_if::context::{Mpt, MptState, MPT_SIZE};
 use rnic_firmware_if::mailbox::{ContextTable, MailboxOpcode};
 use rnic_firmware_if::mtr::{MtrRegion, MIN_PAGE_SHIFT};
 
@@ -51,8 +51,7 @@ bitflags::bitflags! {
 impl AccessFlags {
     /// ibverbs rule: remote write or remote atomic access requires local write.
     fn check(self) -> Result<()> {
-        if self.intersects(Self::REMOTE_WRITE | Self::REMOTE_ATOMIC) && !self.contains(Self::LOCAL_WRITE)
-        {
+        if self.intersects(Self::REMOTE_WRITE | Self::REMOTE_ATOMIC) && !self.contains(Self::LOCAL_WRITE) {
             return Err(VerbsError::InvalidArgument(format!(
                 "access {self:?}: remote write and remote atomic need LOCAL_WRITE"
             )));
@@ -105,11 +104,7 @@ impl MrInner {
             }
             state.allocators.mrs.free(self.index);
         }
-        let resources = self
-            .resources
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let resources = self.resources.lock().unwrap_or_else(|e| e.into_inner()).take();
         let mut bytes = None;
         if let Some((memory, mtr)) = resources {
             let access: &dyn DeviceAccess = &*context.access;
@@ -158,11 +153,7 @@ impl ProtectionDomain {
     /// [`VerbsError::InvalidArgument`] for a zero length or bad access flags;
     /// [`VerbsError::OutOfResources`] without MPT entries or memory; device failures.
     #[doc(alias = "reg_mr")]
-    pub fn register_provider_memory(
-        &self,
-        length: usize,
-        access: AccessFlags,
-    ) -> Result<MemoryRegion> {
+    pub fn register_provider_memory(&self, length: usize, access: AccessFlags) -> Result<MemoryRegion> {
         if length == 0 {
             return Err(VerbsError::InvalidArgument("a memory region of 0 bytes".into()));
         }
@@ -195,12 +186,7 @@ impl ProtectionDomain {
     ///
     /// # Errors
     /// As [`ProtectionDomain::register_provider_memory`]; a misaligned iova is invalid.
-    pub fn register_user_memory_at(
-        &self,
-        bytes: Vec<u8>,
-        iova: u64,
-        access: AccessFlags,
-    ) -> Result<MemoryRegion> {
+    pub fn register_user_memory_at(&self, bytes: Vec<u8>, iova: u64, access: AccessFlags) -> Result<MemoryRegion> {
         self.register_user_memory_inner(bytes, Some(iova), access)
     }
 
@@ -249,8 +235,7 @@ impl ProtectionDomain {
         };
 
         let caps = &context.info.caps;
-        let (page_shift, blocks) =
-            largest_page_blocks(&pages, iova, caps.page_size_cap, MAX_BUFFER_PAGE_SHIFT);
+        let (page_shift, blocks) = largest_page_blocks(&pages, iova, caps.page_size_cap, MAX_BUFFER_PAGE_SHIFT);
         let unit = (1u64 << PBL_BA_PAGE_SHIFT) / 8;
         let hop = choose_hop(blocks.len() as u64, unit);
         let regions = [MtrRegion {
@@ -409,16 +394,13 @@ impl MemoryRegion {
     }
 
     fn check_range(&self, offset: u64, length: usize) -> Result<()> {
-        if offset
-            .checked_add(length as u64)
-            .map_or(true, |end| end > self.inner.length)
-        {
-            return Err(VerbsError::InvalidArgument(format!(
+        match offset.checked_add(length as u64) {
+            Some(end) if end <= self.inner.length => Ok(()),
+            _ => Err(VerbsError::InvalidArgument(format!(
                 "{length} bytes at offset {offset} exceed the region of {} bytes",
                 self.inner.length
-            )));
+            ))),
         }
-        Ok(())
     }
 
     /// Visits the bus-address pieces of `offset..offset + length`.

@@ -88,10 +88,7 @@ impl ProtectionDomain {
         if Arc::strong_count(&self.inner) > 1 {
             let users = Arc::strong_count(&self.inner) - 1;
             let pdn = self.inner.pdn;
-            return Err(DestroyError::busy(
-                self,
-                format!("PD {pdn} is used by {users} objects"),
-            ));
+            return Err(DestroyError::busy(self, format!("PD {pdn} is used by {users} objects")));
         }
         self.inner.release();
         Ok(())

@@ -156,10 +156,7 @@ impl ProtectionDomain {
                 attributes.max_sge, caps.max_srq_sges
             )));
         }
-        let depth = attributes
-            .max_wr
-            .max(u32::from(caps.min_wqes))
-            .next_power_of_two();
+        let depth = attributes.max_wr.max(u32::from(caps.min_wqes)).next_power_of_two();
         if attributes.srq_limit >= depth {
             return Err(VerbsError::InvalidArgument(format!(
                 "SRQ limit {} not below the depth {depth}",
@@ -285,9 +282,9 @@ impl SharedReceiveQueue {
     /// Bus address of index-queue entry `index` (modulo the depth), for the data path.
     pub fn index_entry_address(&self, index: u32) -> Option<u64> {
         let buffers = self.inner.buffers.lock().unwrap_or_else(|e| e.into_inner());
-        buffers.as_ref().map(|b| {
-            b.index.address() + u64::from(index & (self.inner.depth - 1)) * u64::from(INDEX_ENTRY_SIZE)
-        })
+        buffers
+            .as_ref()
+            .map(|b| b.index.address() + u64::from(index & (self.inner.depth - 1)) * u64::from(INDEX_ENTRY_SIZE))
     }
 
     /// `ibv_modify_srq`: only [`SrqAttributeMask::LIMIT`] is supported (`MODIFY_SRQC`).
@@ -322,9 +319,7 @@ impl SharedReceiveQueue {
             .driver
             .mailbox_with_input(MailboxOpcode::ModifySrqc, self.inner.srqn, &input)
             .map_err(VerbsError::mailbox("MODIFY_SRQC"))?;
-        self.inner
-            .limit
-            .store(attributes.srq_limit, Ordering::Relaxed);
+        self.inner.limit.store(attributes.srq_limit, Ordering::Relaxed);
         Ok(())
     }
 
