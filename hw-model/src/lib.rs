@@ -19,6 +19,7 @@ pub mod device;
 pub mod diagnostics;
 pub mod doorbell;
 pub mod eq;
+pub mod fabric;
 pub mod firmware;
 pub mod hem;
 pub mod interrupt;
@@ -29,6 +30,8 @@ pub mod pci;
 pub mod qp;
 pub mod srq;
 pub mod time;
+pub mod transport;
+pub mod wire;
 
 pub use config::DeviceConfig;
 pub use device::{Counters, Device};
