@@ -248,22 +248,8 @@ impl Device {
                 format!("a created CQ {cqn:#x} (CREATE_CQC first)"),
             ));
         }
-        let mut merged = Cqc::zeroed();
-        for (i, byte) in merged.bytes_mut().iter_mut().enumerate() {
-            *byte = (current.0[i] & mask.0[i]) | (cqc.0[i] & !mask.0[i]);
-        }
-        const MODIFIABLE: [&str; 2] = [Cqc::CQ_MAX_CNT.name, Cqc::CQ_PERIOD.name];
-        for field in Cqc::FIELDS.iter().filter(|f| !MODIFIABLE.contains(&f.name)) {
-            let old = field.get(current.bytes());
-            let new = field.get(merged.bytes());
-            if old != new {
-                return Err(Rejection::parameter(
-                    field.name,
-                    new,
-                    format!("the current value {old:#x}: MODIFY_CQC changes only CQ_MAX_CNT and CQ_PERIOD"),
-                ));
-            }
-        }
+        let merged =
+            crate::firmware::merge_modifiable(&current, &cqc, &mask, &[Cqc::CQ_MAX_CNT, Cqc::CQ_PERIOD], "MODIFY_CQC")?;
         let mut context = current;
         context.set_moderation_count(merged.moderation_count());
         context.set_moderation_period(merged.moderation_period());

@@ -487,7 +487,7 @@ fn modify_cq_changes_only_the_moderation_fields() {
         Err(Rejection::parameter(
             "CEQN",
             2,
-            "the current value 0x0: MODIFY_CQC changes only CQ_MAX_CNT and CQ_PERIOD"
+            "the current value 0x0: MODIFY_CQC changes only CQ_MAX_CNT, CQ_PERIOD"
         ))
     );
 }

@@ -484,25 +484,9 @@ impl Device {
     /// bit). Only `EQ_MAX_CNT`, `EQ_PERIOD` and `ARM_ST` may change.
     pub(crate) fn modify_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
         let current = self.query_eq(eqn, kind)?;
-        let mut merged = Eqc::zeroed();
-        for (i, byte) in merged.bytes_mut().iter_mut().enumerate() {
-            *byte = (current.0[i] & mask.0[i]) | (eqc.0[i] & !mask.0[i]);
-        }
-        const MODIFIABLE: [&str; 3] = [Eqc::EQ_MAX_CNT.name, Eqc::EQ_PERIOD.name, Eqc::ARM_ST.name];
-        for field in Eqc::FIELDS.iter().filter(|f| !MODIFIABLE.contains(&f.name)) {
-            let old = field.get(current.bytes());
-            let new = field.get(merged.bytes());
-            if old != new {
-                return Err(Rejection::parameter(
-                    field.name,
-                    new,
-                    format!(
-                        "the current value {old:#x}: MODIFY_{}C changes only EQ_MAX_CNT, EQ_PERIOD and ARM_ST",
-                        kind.name()
-                    ),
-                ));
-            }
-        }
+        let command = format!("MODIFY_{}C", kind.name());
+        let modifiable = [Eqc::EQ_MAX_CNT, Eqc::EQ_PERIOD, Eqc::ARM_ST];
+        let merged = crate::firmware::merge_modifiable(&current, &eqc, &mask, &modifiable, &command)?;
         let arm = merged.arm_state().map_err(|_| {
             Rejection::parameter(
                 Eqc::ARM_ST.name,

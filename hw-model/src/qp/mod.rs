@@ -27,20 +27,7 @@ pub(crate) enum WorkQueue {
     Receive,
 }
 
-/// Merges `new` into `current` under `mask` (hns rule: mask bit 1 keeps the current bit).
-pub(crate) fn merge_under_mask<L: Layout>(current: &L, new: &L, mask: &L) -> L {
-    let mut merged = L::zeroed();
-    for (((out, cur), new), mask) in merged
-        .bytes_mut()
-        .iter_mut()
-        .zip(current.bytes())
-        .zip(new.bytes())
-        .zip(mask.bytes())
-    {
-        *out = (cur & mask) | (new & !mask);
-    }
-    merged
-}
+pub(crate) use crate::firmware::merge_under_mask;
 
 fn log2_floor(value: u32) -> u32 {
     31 - value.max(1).leading_zeros()

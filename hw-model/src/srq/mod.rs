@@ -7,9 +7,9 @@ use rnic_firmware_if::mtr::page_shift_from_field;
 
 use crate::device::Device;
 use crate::diagnostics::Source;
+use crate::firmware::merge_modifiable;
 use crate::firmware::Rejection;
 use crate::mtt::Mtr;
-use crate::qp::merge_under_mask;
 
 /// SRQ_ST value of a valid SRQ.
 const SRQ_VALID: u8 = 1;
@@ -139,16 +139,13 @@ impl Device {
                 format!("SRQ {srqn:#x} created"),
             ));
         }
-        let merged = merge_under_mask(&current, &context, &mask);
-        let mut limit_only = current;
-        limit_only.set_limit_watermark(merged.limit_watermark());
-        if limit_only != merged {
-            return Err(Rejection::parameter(
-                "mask",
-                0,
-                "only LIMIT_WL opened in the mask (an SRQ cannot be resized)",
-            ));
-        }
+        let merged = merge_modifiable(
+            &current,
+            &context,
+            &mask,
+            &[Srqc::LIMIT_WL],
+            "MODIFY_SRQC (an SRQ cannot be resized)",
+        )?;
         Self::validate_srq_limit(&merged)?;
         self.write_context(address, &merged)
     }
