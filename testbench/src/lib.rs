@@ -4,7 +4,8 @@
 //! minimal driver written from `docs/register-map.md`, independent of `verbs-provider`,
 //! so verification tests can misbehave on purpose and check the device's answers. The
 //! random-stimulus scoreboard, fault plans and `rnic-bench` come with the transport and
-//! timing issues.
+//! timing issues. [`pcap`] writes what went over the fabric as pcap files.
 #![warn(missing_docs)]
 
 pub mod harness;
+pub mod pcap;

@@ -1,1 +1,575 @@
-//! The in-process wire between NICs, with a seeded fault plan (being written).
+//! The wire between NICs: an in-process switch on virtual time, with a seeded fault plan.
+//!
+//! A [`Fabric`] owns the devices and co-simulates them: it always runs the earliest thing
+//! that is due — a device's next event or a frame's arrival — after moving every device to
+//! that instant, so all devices share one virtual clock. A frame a device transmits is
+//! taken from its port right after the device ran ([`Port::poll_transmit`] until `None`),
+//! goes through the [`FaultPlan`] and arrives `link_latency` later at the device whose
+//! MAC address it is sent to (broadcast and multicast: at every other device).
+//!
+//! Everything is deterministic: one seeded generator decides every fault, frames are
+//! taken from devices in device order and in the order each device sent them, and frames
+//! arriving at the same instant are delivered in the order they were scheduled. The same
+//! configuration, seed and inputs give the same statistics and the same capture.
+//!
+//! The fabric talks to a device only through the [`Port`] trait, which [`Device`]
+//! implements; tests drive the same loop with scripted ports.
+//!
+//! ## Faults
+//!
+//! Each frame that leaves a device draws its fate once (see [`FaultPlan`]):
+//!
+//! - **loss**: the frame disappears.
+//! - **duplicate**: the frame arrives twice, back to back.
+//! - **corrupt**: one byte past the Ethernet header is XORed with a random non-zero mask.
+//!   In a RoCEv2 frame the fields the ICRC does not cover (IP TOS/traffic class, TTL/hop
+//!   limit, flow label, IPv4 header checksum, UDP checksum, BTH FECN/BECN byte) are never
+//!   chosen (nor, for IPv6, the byte holding the version), so the receiver's ICRC check
+//!   always sees the damage.
+//! - **delay**: the frame arrives `1..=max_delay` picoseconds late.
+//! - **reorder**: the frame is held back until `k` later frames of the same sender
+//!   (`k` drawn from `1..=reorder_window`) have gone on the wire (lost frames do not count)
+//!   and is then delivered right after the last of them; so at most `reorder_window` later
+//!   frames overtake it. While a frame of a sender is held, that sender's frames are not
+//!   reordered. If the sender goes quiet, the frame is let go `max_delay` after its normal
+//!   arrival.
+//!
+//! Frames to a unicast MAC address no device has, and runts shorter than an Ethernet
+//! header, are counted as undeliverable and dropped before any fault. A unicast frame goes
+//! to every device with that address, the sender included (hairpin); a broadcast or
+//! multicast frame to every device but the sender.
+//!
+//! ## Buffers
+//!
+//! The fabric copies each frame it takes into a buffer of its own pool and hands the
+//! device's buffer straight back with [`Port::recycle_frame`]; a delivered frame's buffer
+//! returns to the pool. Once traffic is steady nothing is allocated per frame (except the
+//! capture, when it is on).
+
+mod fault;
+pub mod pcap;
+#[cfg(test)]
+mod tests;
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+pub use fault::{FaultPlan, FaultPlanError, FaultRng};
+
+use crate::device::Device;
+use crate::time::Picoseconds;
+
+/// Bytes of an Ethernet header without VLAN tag: the shortest frame the fabric forwards.
+pub const ETHERNET_HEADER_LEN: usize = 14;
+
+/// What the fabric needs from a device: its clock and its network port.
+///
+/// [`Device`] implements it; anything else that keeps virtual time the same way (a
+/// scripted traffic source in a test, a packet generator) can be put on the wire.
+pub trait Port {
+    /// The port's MAC address: unicast frames to it are delivered here.
+    fn mac_address(&self) -> [u8; 6];
+    /// The port's current virtual time.
+    fn now(&self) -> Picoseconds;
+    /// Time of the port's next pending event, if any.
+    fn next_event_time(&self) -> Option<Picoseconds>;
+    /// Runs every event due at or before `t`, then moves the port's time to `t`.
+    fn advance_to(&mut self, t: Picoseconds);
+    /// The next frame (Ethernet, no FCS) the port put on the wire at or before now.
+    fn poll_transmit(&mut self) -> Option<Vec<u8>>;
+    /// Delivers a frame (Ethernet, no FCS) to the port now.
+    fn receive_frame(&mut self, frame: &[u8]);
+    /// Gives back a buffer that [`Port::poll_transmit`] handed out.
+    fn recycle_frame(&mut self, buffer: Vec<u8>);
+}
+
+impl Port for Device {
+    fn mac_address(&self) -> [u8; 6] {
+        self.config().mac_address
+    }
+
+    fn now(&self) -> Picoseconds {
+        Device::now(self)
+    }
+
+    fn next_event_time(&self) -> Option<Picoseconds> {
+        Device::next_event_time(self)
+    }
+
+    fn advance_to(&mut self, t: Picoseconds) {
+        Device::advance_to(self, t);
+    }
+
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        Device::poll_transmit(self)
+    }
+
+    fn receive_frame(&mut self, frame: &[u8]) {
+        Device::receive_frame(self, frame);
+    }
+
+    fn recycle_frame(&mut self, buffer: Vec<u8>) {
+        Device::recycle_frame(self, buffer);
+    }
+}
+
+/// A device's place on the fabric, in the order devices were added (from 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceId(pub usize);
+
+impl std::fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "device {}", self.0)
+    }
+}
+
+/// How the wire behaves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FabricConfig {
+    /// From a frame leaving one device to it arriving at another: propagation plus the
+    /// switch. Default 1 µs.
+    pub link_latency: Picoseconds,
+    /// What goes wrong on the way.
+    pub faults: FaultPlan,
+}
+
+impl FabricConfig {
+    /// Default of [`FabricConfig::link_latency`]: 1 µs.
+    pub const DEFAULT_LINK_LATENCY: Picoseconds = Picoseconds::from_micros(1);
+}
+
+impl Default for FabricConfig {
+    fn default() -> Self {
+        Self {
+            link_latency: Self::DEFAULT_LINK_LATENCY,
+            faults: FaultPlan::none(),
+        }
+    }
+}
+
+/// One frame as it left a device, before any fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedFrame {
+    /// When the fabric took it from the device.
+    pub time: Picoseconds,
+    /// The device that sent it.
+    pub from: DeviceId,
+    /// The frame: Ethernet, no FCS.
+    pub bytes: Vec<u8>,
+}
+
+/// What the fabric did with the frames, since it was made.
+///
+/// Every frame sent is exactly one of: undeliverable, dropped, or scheduled (then
+/// delivered once per copy and receiver). `duplicated`, `reordered`, `corrupted` and
+/// `delayed` count scheduled frames the fault hit (a frame can be hit by several).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FabricStatistics {
+    /// Frames taken from devices.
+    pub sent: u64,
+    /// Frames handed to devices: each copy to each receiver counts once (a broadcast to
+    /// three devices counts three).
+    pub delivered: u64,
+    /// Frames lost by the loss fault.
+    pub dropped: u64,
+    /// Frames delivered twice by the duplicate fault.
+    pub duplicated: u64,
+    /// Frames held back by the reorder fault.
+    pub reordered: u64,
+    /// Frames with a byte flipped by the corrupt fault.
+    pub corrupted: u64,
+    /// Frames made late by the delay fault.
+    pub delayed: u64,
+    /// Frames to a unicast MAC address no device has (or with no other device to
+    /// receive a broadcast, or shorter than an Ethernet header).
+    pub undeliverable: u64,
+}
+
+/// A frame on its way.
+#[derive(Debug)]
+struct InFlight {
+    arrival: Picoseconds,
+    sequence: u64,
+    from: usize,
+    /// 1, or 2 for a duplicated frame.
+    copies: u8,
+    buffer: Vec<u8>,
+}
+
+impl PartialEq for InFlight {
+    fn eq(&self, other: &Self) -> bool {
+        (self.arrival, self.sequence) == (other.arrival, other.sequence)
+    }
+}
+
+impl Eq for InFlight {}
+
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for InFlight {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.arrival, self.sequence).cmp(&(other.arrival, other.sequence))
+    }
+}
+
+/// A frame the reorder fault holds back.
+#[derive(Debug)]
+struct Held {
+    frame: InFlight,
+    /// Later frames of the same sender still to overtake it.
+    remaining: u32,
+    /// When it is let go if the sender sends too few frames.
+    deadline: Picoseconds,
+}
+
+/// The switch and the devices on it. See the [module documentation](self).
+///
+/// Generic over the [`Port`] so the same loop runs devices and test doubles; the default,
+/// `Fabric` alone, is a fabric of [`Device`]s.
+pub struct Fabric<P: Port = Device> {
+    config: FabricConfig,
+    ports: Vec<P>,
+    /// MAC address of each port, read when it was added.
+    macs: Vec<[u8; 6]>,
+    now: Picoseconds,
+    rng: FaultRng,
+    in_flight: BinaryHeap<Reverse<InFlight>>,
+    next_sequence: u64,
+    /// The frame held back by the reorder fault, per sender.
+    held: Vec<Option<Held>>,
+    pool: Vec<Vec<u8>>,
+    /// Buffers the pool had to allocate (bounded by the most frames ever in flight).
+    pool_allocations: u64,
+    capture_on: bool,
+    capture: Vec<CapturedFrame>,
+    statistics: FabricStatistics,
+}
+
+impl<P: Port> std::fmt::Debug for Fabric<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric")
+            .field("now", &self.now)
+            .field("devices", &self.ports.len())
+            .field("in_flight", &self.frames_in_flight())
+            .field("statistics", &self.statistics)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fabric {
+    /// An empty fabric of [`Device`]s at time zero.
+    pub fn new(config: FabricConfig) -> Self {
+        Self::new_generic(config)
+    }
+}
+
+impl<P: Port> Fabric<P> {
+    /// An empty fabric of ports of type `P` at time zero.
+    pub fn new_generic(config: FabricConfig) -> Self {
+        Self {
+            config,
+            ports: Vec::new(),
+            macs: Vec::new(),
+            now: Picoseconds::ZERO,
+            rng: FaultRng::new(config.faults.seed),
+            in_flight: BinaryHeap::new(),
+            next_sequence: 0,
+            held: Vec::new(),
+            pool: Vec::new(),
+            pool_allocations: 0,
+            capture_on: false,
+            capture: Vec::new(),
+            statistics: FabricStatistics::default(),
+        }
+    }
+
+    /// The configuration, with the fault plan in force.
+    pub fn config(&self) -> &FabricConfig {
+        &self.config
+    }
+
+    /// Replaces the fault plan from now on (to break the wire, or mend it, mid-run) and
+    /// reseeds the fault generator with the new plan's seed. Frames already on the wire
+    /// keep the fate they drew.
+    pub fn set_faults(&mut self, faults: FaultPlan) {
+        self.config.faults = faults;
+        self.rng = FaultRng::new(faults.seed);
+    }
+
+    /// Connects `device` to the fabric. A device behind the fabric's clock is moved to it;
+    /// a device ahead of it moves the whole fabric to its time.
+    pub fn add_device(&mut self, mut device: P) -> DeviceId {
+        let id = self.ports.len();
+        let ahead = device.now().max(self.now);
+        device.advance_to(self.now);
+        self.macs.push(device.mac_address());
+        self.ports.push(device);
+        self.held.push(None);
+        if ahead > self.now {
+            self.advance_to(ahead);
+        }
+        DeviceId(id)
+    }
+
+    /// The device `id`. Panics if `id` is not from this fabric.
+    pub fn device(&self, id: DeviceId) -> &P {
+        &self.ports[id.0]
+    }
+
+    /// The device `id`, to drive it (registers, doorbells). Do not advance its clock
+    /// yourself: use [`Fabric::advance_to`]. Panics if `id` is not from this fabric.
+    pub fn device_mut(&mut self, id: DeviceId) -> &mut P {
+        &mut self.ports[id.0]
+    }
+
+    /// Number of devices.
+    pub fn devices(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// The fabric's virtual time; every device is at this time too.
+    pub fn now(&self) -> Picoseconds {
+        self.now
+    }
+
+    /// The earliest of every device's next event, every frame's arrival and every held
+    /// frame's deadline.
+    pub fn next_event_time(&self) -> Option<Picoseconds> {
+        let devices = self.ports.iter().filter_map(|p| p.next_event_time());
+        let arrival = self.in_flight.peek().map(|Reverse(f)| f.arrival);
+        let held = self.held.iter().flatten().map(|h| h.deadline);
+        devices.chain(arrival).chain(held).min().map(|t| t.max(self.now))
+    }
+
+    /// Frames on the wire (scheduled or held back), not yet delivered.
+    pub fn frames_in_flight(&self) -> usize {
+        self.in_flight.len() + self.held.iter().flatten().count()
+    }
+
+    /// Runs every device event, frame arrival and fault due at or before `t`, in time
+    /// order, and leaves every device at `t`. Time never goes back: an earlier `t` only
+    /// settles what is due now.
+    pub fn advance_to(&mut self, t: Picoseconds) {
+        let target = t.max(self.now);
+        // Frames a device sent from a host-side call (a doorbell) since the last step.
+        self.collect(self.now);
+        loop {
+            let step = match self.next_event_time() {
+                Some(next) if next < target => next,
+                _ => target,
+            };
+            self.run_at(step);
+            if step == target && !matches!(self.next_event_time(), Some(next) if next <= target) {
+                break;
+            }
+        }
+    }
+
+    /// Runs until nothing is pending or the next thing is after `limit`; returns the time
+    /// reached (that of the last thing run, not `limit`).
+    pub fn run_until_idle(&mut self, limit: Picoseconds) -> Picoseconds {
+        self.advance_to(self.now);
+        while let Some(next) = self.next_event_time() {
+            if next > limit {
+                break;
+            }
+            self.advance_to(next);
+        }
+        self.now
+    }
+
+    /// Starts (`true`) or stops recording every frame as it leaves a device, before
+    /// faults. Stopping keeps what was recorded until [`Fabric::take_capture`].
+    pub fn set_capture(&mut self, on: bool) {
+        self.capture_on = on;
+    }
+
+    /// Takes the frames recorded so far, oldest first.
+    pub fn take_capture(&mut self) -> Vec<CapturedFrame> {
+        std::mem::take(&mut self.capture)
+    }
+
+    /// What the fabric did with the frames so far.
+    pub fn statistics(&self) -> FabricStatistics {
+        self.statistics
+    }
+
+    // ---- the loop ---------------------------------------------------------------------
+
+    /// Moves every device to `t`, then takes their frames and delivers what is due, until
+    /// nothing more happens at `t`.
+    fn run_at(&mut self, t: Picoseconds) {
+        self.now = t;
+        for port in &mut self.ports {
+            port.advance_to(t);
+        }
+        loop {
+            self.collect(t);
+            self.release_expired(t);
+            if !self.deliver_due(t) {
+                break;
+            }
+        }
+    }
+
+    /// Takes every frame the devices sent, in device order, and puts it on the wire at `t`.
+    fn collect(&mut self, t: Picoseconds) {
+        for from in 0..self.ports.len() {
+            while let Some(frame) = self.ports[from].poll_transmit() {
+                self.launch(from, t, frame);
+            }
+        }
+    }
+
+    fn deliverable(&self, from: usize, frame: &[u8]) -> bool {
+        if frame.len() < ETHERNET_HEADER_LEN {
+            return false;
+        }
+        let destination = &frame[..6];
+        if destination[0] & 1 != 0 {
+            (0..self.ports.len()).any(|id| id != from)
+        } else {
+            self.macs.iter().any(|mac| mac[..] == *destination)
+        }
+    }
+
+    /// Applies the fault plan to one frame sent by `from` at `t` and schedules what is
+    /// left of it.
+    fn launch(&mut self, from: usize, t: Picoseconds, frame: Vec<u8>) {
+        self.statistics.sent += 1;
+        if self.capture_on {
+            self.capture.push(CapturedFrame {
+                time: t,
+                from: DeviceId(from),
+                bytes: frame.clone(),
+            });
+        }
+        let plan = self.config.faults;
+        let fate = plan.decide(&mut self.rng);
+        if !self.deliverable(from, &frame) {
+            self.statistics.undeliverable += 1;
+            self.ports[from].recycle_frame(frame);
+            return;
+        }
+        if fate.lost {
+            self.statistics.dropped += 1;
+            self.ports[from].recycle_frame(frame);
+            return;
+        }
+
+        let mut buffer = match self.pool.pop() {
+            Some(buffer) => buffer,
+            None => {
+                self.pool_allocations += 1;
+                Vec::with_capacity(frame.len())
+            }
+        };
+        buffer.clear();
+        buffer.extend_from_slice(&frame);
+        self.ports[from].recycle_frame(frame);
+
+        if fate.corrupted && fault::corrupt_frame(&mut buffer, fate.corrupt_choice, fate.corrupt_mask).is_some() {
+            self.statistics.corrupted += 1;
+        }
+        let copies = if fate.duplicated {
+            self.statistics.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        let mut arrival = t + self.config.link_latency;
+        if fate.delayed && fate.extra_delay > Picoseconds::ZERO {
+            self.statistics.delayed += 1;
+            arrival = arrival + fate.extra_delay;
+        }
+        let frame = InFlight {
+            arrival,
+            sequence: 0,
+            from,
+            copies,
+            buffer,
+        };
+
+        match &mut self.held[from] {
+            Some(held) => {
+                // This frame overtakes the held one; the last to overtake lets it go.
+                held.remaining -= 1;
+                let released = held.remaining == 0;
+                self.schedule(frame);
+                if released {
+                    if let Some(Held { mut frame, .. }) = self.held[from].take() {
+                        frame.arrival = frame.arrival.max(arrival);
+                        self.schedule(frame);
+                    }
+                }
+            }
+            None if fate.reordered && fate.hold_behind > 0 => {
+                self.statistics.reordered += 1;
+                self.held[from] = Some(Held {
+                    remaining: fate.hold_behind,
+                    deadline: arrival + plan.max_delay,
+                    frame,
+                });
+            }
+            None => self.schedule(frame),
+        }
+    }
+
+    fn schedule(&mut self, mut frame: InFlight) {
+        frame.sequence = self.next_sequence;
+        self.next_sequence += 1;
+        self.in_flight.push(Reverse(frame));
+    }
+
+    /// Lets go the held frames whose sender went quiet, in device order.
+    fn release_expired(&mut self, t: Picoseconds) {
+        for from in 0..self.held.len() {
+            if self.held[from].as_ref().is_some_and(|h| h.deadline <= t) {
+                if let Some(Held {
+                    mut frame, deadline, ..
+                }) = self.held[from].take()
+                {
+                    frame.arrival = frame.arrival.max(deadline);
+                    self.schedule(frame);
+                }
+            }
+        }
+    }
+
+    /// Delivers every frame due at or before `t`; returns whether there was one.
+    fn deliver_due(&mut self, t: Picoseconds) -> bool {
+        let mut delivered = false;
+        while self.in_flight.peek().is_some_and(|Reverse(f)| f.arrival <= t) {
+            let Some(Reverse(frame)) = self.in_flight.pop() else {
+                break;
+            };
+            self.deliver(frame);
+            delivered = true;
+        }
+        delivered
+    }
+
+    fn deliver(&mut self, frame: InFlight) {
+        let mut destination = [0u8; 6];
+        destination.copy_from_slice(&frame.buffer[..6]);
+        let group = destination[0] & 1 != 0;
+        for _ in 0..frame.copies {
+            for (id, port) in self.ports.iter_mut().enumerate() {
+                let to = if group {
+                    id != frame.from
+                } else {
+                    self.macs[id] == destination
+                };
+                if to {
+                    port.receive_frame(&frame.buffer);
+                    self.statistics.delivered += 1;
+                }
+            }
+        }
+        self.pool.push(frame.buffer);
+    }
+}
