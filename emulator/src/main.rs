@@ -1,46 +1,117 @@
 //! `rnic-emu`: runs the rnic device model.
 //!
-//! Today the binary has one job: bring up two embedded NICs in this process through
-//! their registers (no VM, no root, no network), create the objects an RDMA application
-//! needs on each, connect a QP pair, and report what the devices say about themselves.
-//! The vfio-user server and the network backends arrive with later issues.
+//! * No arguments, or `demo`: bring up two embedded NICs in this process through their
+//!   registers (no VM, no root, no network), create the objects an RDMA application
+//!   needs on each, connect a QP pair, and report what the devices say about themselves.
+//! * `serve --socket PATH`: run one NIC as a vfio-user PCI device for QEMU 10.1+ or a
+//!   user-space driver (see `docs/guides/emulator.md`).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-usage: rnic-emu [--verbose] [--help]
+use clap::{Args, Parser, Subcommand};
+use rnic_emu::config::{self, ConfigFile, Overrides};
+use rnic_emu::timing::TimingMode;
+use rnic_emu::vfio_user::Server;
 
-Brings up two embedded rnic NICs through their registers, creates a protection
-domain, a memory region, a completion queue, a shared receive queue and an RC queue
-pair on each, connects the two queue pairs, and prints the capabilities and objects.
+/// Runs the rnic RDMA NIC model: the embedded two-NIC demo (default), or one NIC as a
+/// vfio-user PCI device.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rnic-emu",
+    version,
+    after_help = "Without a command, runs `demo`. Logs go to stderr; see --log."
+)]
+struct Cli {
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives such as
+    /// `info,rnic_emu::vfio_user=debug`. Overrides RUST_LOG. Default: warn for `demo`,
+    /// info for `serve` (or the config file's `log`).
+    #[arg(long, value_name = "LEVEL", global = true)]
+    log: Option<String>,
 
-  --verbose   log device diagnostics and driver steps (RUST_LOG=... also works)
-  --help      print this text
-";
+    /// Same as --log debug: device diagnostics and driver steps.
+    #[arg(short, long, global = true)]
+    verbose: bool,
 
-fn main() -> ExitCode {
-    let mut verbose = false;
-    for argument in std::env::args().skip(1) {
-        match argument.as_str() {
-            "--verbose" | "-v" => verbose = true,
-            "--help" | "-h" => {
-                print!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            other => {
-                eprintln!("rnic-emu: unknown argument {other:?}\n\n{USAGE}");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    let default_filter = if verbose { "debug" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Bring up two embedded NICs in this process and print what they report (default).
+    ///
+    /// No VM, no root, no network: creates a PD, an MR, a CQ, an SRQ and an RC QP on
+    /// each NIC, connects the QPs and prints the capabilities and objects.
+    Demo,
+    /// Run one NIC as a vfio-user PCI device on a Unix socket.
+    ///
+    /// For QEMU 10.1+ (`-device '{"driver":"vfio-user-pci","socket":{"type":"unix",
+    /// "path":"PATH"}}'` with guest RAM from `memory-backend-memfd,share=on`) or a
+    /// user-space driver acting as the vfio-user client. One client at a time; clients
+    /// may come and go, the device keeps its state. Runs until SIGINT or SIGTERM, then
+    /// removes the socket. See docs/guides/emulator.md.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Path of the Unix socket to listen on. Created with mode 0600; a stale socket left
+    /// by a dead server is replaced, a live one is an error. Required here or as
+    /// `socket` in the config file.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+
+    /// MAC address of the NIC's port (six hex bytes, e.g. 02:52:4e:49:43:01); also the
+    /// source of its default GID. Default 02:52:4e:49:43:01.
+    #[arg(long, value_name = "MAC")]
+    mac: Option<String>,
+
+    /// How the model's virtual time maps to the wall clock: `realtime` paces virtual
+    /// time to the wall clock (a 2 µs command takes about 2 µs); `fast` runs every event
+    /// as soon as it is due, as fast as the CPU allows. Default realtime.
+    #[arg(long, value_name = "MODE")]
+    timing: Option<TimingMode>,
+
+    /// TOML file with everything else: device identity and sizes, vfio-user limits,
+    /// doorbell polling (see docs/guides/emulator.md). Command-line options win over the
+    /// same keys in the file.
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+
+    /// Write every Ethernet frame the NIC sends or receives to this pcap file
+    /// (nanosecond timestamps).
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+
+    /// Network backend. Only `none` for now: frames the NIC sends are dropped (and
+    /// captured with --pcap). `udp:IP` and `eth:IFACE` come later.
+    #[arg(long, value_name = "BACKEND")]
+    net: Option<String>,
+}
+
+fn init_logging(cli: &Cli, file_level: Option<&str>, default: &str) {
+    let directives = if let Some(level) = &cli.log {
+        level.clone()
+    } else if cli.verbose {
+        "debug".to_string()
+    } else if let Ok(from_env) = std::env::var("RUST_LOG") {
+        from_env
+    } else {
+        file_level.unwrap_or(default).to_string()
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives).unwrap_or_else(|error| {
+        eprintln!("rnic-emu: bad log filter {directives:?} ({error}); using {default}");
+        tracing_subscriber::EnvFilter::new(default)
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
 
+fn demo(cli: &Cli) -> ExitCode {
+    init_logging(cli, None, "warn");
     match rnic_verbs::demo::bring_up_two_nics_report() {
         Ok(report) => {
             print!("{report}");
@@ -50,5 +121,57 @@ fn main() -> ExitCode {
             eprintln!("rnic-emu: bring-up failed: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn serve(cli: &Cli, args: &ServeArgs) -> ExitCode {
+    let file = match args.config.as_deref().map(ConfigFile::load).transpose() {
+        Ok(file) => file.unwrap_or_default(),
+        Err(error) => {
+            eprintln!("rnic-emu: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(cli, file.log.as_deref(), "info");
+    let overrides = Overrides {
+        socket: args.socket.clone(),
+        mac: args.mac.clone(),
+        timing: args.timing,
+        net: args.net.clone(),
+        pcap: args.pcap.clone(),
+    };
+    let (options, _net) = match config::resolve(&file, &overrides) {
+        Ok(resolved) => resolved,
+        Err(error) => {
+            eprintln!("rnic-emu: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(error) = rnic_emu::os::install_termination_handlers() {
+        eprintln!("rnic-emu: cannot install signal handlers: {error}");
+        return ExitCode::FAILURE;
+    }
+    let socket = options.socket.clone();
+    let server = match Server::bind(options) {
+        Ok(server) => server,
+        Err(error) => {
+            eprintln!("rnic-emu: cannot serve on {}: {error}", socket.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    match server.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("rnic-emu: server failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match &cli.command {
+        None | Some(Command::Demo) => demo(&cli),
+        Some(Command::Serve(args)) => serve(&cli, args),
     }
 }

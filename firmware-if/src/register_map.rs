@@ -115,7 +115,10 @@ pub fn render() -> String {
     let _ = writeln!(
         out,
         "Each {:#x}-byte page of BAR {} holds the queue doorbell at {:#x} and (page 0 only) the EQ doorbell at {:#x}. \
-         Write one 64-bit store, or two 32-bit stores (low half first; the high half commits).\n",
+         Write one 64-bit store, or two 32-bit stores (low half first; the high half commits). \
+         When the page is shared memory rather than trapped (a vfio-user client's sparse mmap), the \
+         device samples the register: wait until it reads 0 before storing the next doorbell (the \
+         device clears it when it takes one; a trapped access always reads 0).\n",
         doorbell::DB_PAGE_SIZE,
         regs::DOORBELL_BAR,
         doorbell::DB_OFFSET,
