@@ -39,7 +39,7 @@ use super::protocol::{
 };
 use super::regions::{RegionKind, RegionTable};
 use crate::os;
-use crate::pcap::PcapWriter;
+use crate::pcap::{self as pcap_file, PcapWriter};
 use crate::timing::{Clock, TimingMode};
 
 /// Most messages handled per loop pass.
@@ -375,7 +375,7 @@ impl Server {
         let dma = Arc::new(DmaSpace::new());
         let msix: SharedMsix = Arc::new(Mutex::new(MsixState::new(vectors)));
         let device = build_device(&options.device, &dma, &msix);
-        let pcap = options.pcap.as_deref().map(PcapWriter::create).transpose()?;
+        let pcap = options.pcap.as_deref().map(pcap_file::create).transpose()?;
         clear_stale_socket(&options.socket)?;
         let listener = os::bind_unix_listener(&options.socket, 0o600)?;
         listener.set_nonblocking(true)?;
@@ -1040,6 +1040,7 @@ impl Server {
             self.stats.frames_transmitted += 1;
             if let Some(pcap) = &mut self.pcap {
                 let at = self.start_unix + Duration::from_nanos(self.device.now().as_nanos());
+                let at = rnic_hw_model::Picoseconds((at.as_nanos() as u64).saturating_mul(1_000));
                 pcap.write_frame(at, &frame)?;
                 self.pcap_dirty = true;
             }

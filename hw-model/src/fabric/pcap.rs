@@ -73,6 +73,11 @@ impl<W: Write> PcapWriter<W> {
         self.frames
     }
 
+    /// Flushes buffered frames to the underlying writer.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
     /// Flushes and returns the underlying writer.
     pub fn finish(mut self) -> io::Result<W> {
         self.out.flush()?;
@@ -131,7 +136,11 @@ mod tests {
     use crate::fabric::DeviceId;
 
     fn frame(time_ps: u64, bytes: &[u8]) -> CapturedFrame {
-        CapturedFrame { time: Picoseconds(time_ps), from: DeviceId(0), bytes: bytes.to_vec() }
+        CapturedFrame {
+            time: Picoseconds(time_ps),
+            from: DeviceId(0),
+            bytes: bytes.to_vec(),
+        }
     }
 
     #[test]
@@ -139,9 +148,7 @@ mod tests {
         let out = PcapWriter::new(Vec::new()).unwrap().finish().unwrap();
         assert_eq!(
             out,
-            [
-                0x4D, 0x3C, 0xB2, 0xA1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x00, 0x04, 0x00, 1, 0, 0, 0
-            ]
+            [0x4D, 0x3C, 0xB2, 0xA1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x00, 0x04, 0x00, 1, 0, 0, 0]
         );
     }
 
