@@ -20,6 +20,7 @@ use crate::interrupt::InterruptSink;
 use crate::memory::{AccessKind, HostMemory, MemoryError};
 use crate::pci::{BarDescriptor, ConfigSpace, MsixTable};
 use crate::time::{Picoseconds, Scheduler};
+use crate::transport::Transport;
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
 
@@ -37,6 +38,22 @@ pub(crate) enum Event {
         /// EQ number.
         eqn: u32,
         /// Generation of the timer, to ignore timers superseded by an earlier interrupt.
+        generation: u64,
+    },
+    /// The port finished serialising a frame and may start the next (transport).
+    TransportTx,
+    /// A QP's local ACK timer is due.
+    AckTimer {
+        /// QP number.
+        qpn: u32,
+        /// Generation of the requester that armed it (stale timers are ignored).
+        generation: u64,
+    },
+    /// A QP's RNR wait is over.
+    RnrTimer {
+        /// QP number.
+        qpn: u32,
+        /// Generation of the RNR wait (stale timers are ignored).
         generation: u64,
     },
 }
@@ -95,6 +112,8 @@ pub struct Device {
     pub(crate) firmware: Firmware,
     pub(crate) tables: ContextTables,
     pub(crate) eqs: EventQueues,
+    /// The RoCEv2 transport engines and the port.
+    pub(crate) transport: Transport,
     /// Low halves of 64-bit doorbells written as two 32-bit stores, per page and register.
     pub(crate) doorbell_latch: Vec<[Option<u32>; 2]>,
     pub(crate) diagnostics: DiagnosticLog,
@@ -146,6 +165,7 @@ impl Device {
             firmware: Firmware::new(&config),
             tables,
             eqs,
+            transport: Transport::new(),
             doorbell_latch: vec![[None; 2]; pages],
             diagnostics: DiagnosticLog::default(),
             counters: Counters::default(),
@@ -208,6 +228,9 @@ impl Device {
                 self.registers.resetting = false;
             }
             Event::EqCoalesceTimer { eqn, generation } => self.eq_coalesce_timer(eqn, generation),
+            Event::TransportTx => self.transport_tx_event(),
+            Event::AckTimer { qpn, generation } => self.ack_timer_event(qpn, generation),
+            Event::RnrTimer { qpn, generation } => self.rnr_timer_event(qpn, generation),
         }
     }
 
@@ -520,6 +543,7 @@ impl Device {
         self.firmware = Firmware::new(&self.config);
         self.tables = Self::context_tables_for(&self.config);
         self.eqs = EventQueues::new(&self.config.caps);
+        self.transport = Transport::new();
         let event_enables = self.registers.event_enable.len();
         self.registers = ControlRegisters {
             event_enable: vec![false; event_enables],

@@ -23,6 +23,8 @@ pub enum Source {
     CompletionQueue,
     /// Configuration space or MSI-X.
     Pci,
+    /// The transport: WQEs the engines refuse and packets they drop.
+    Transport,
 }
 
 /// One diagnostic record.

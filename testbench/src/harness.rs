@@ -20,14 +20,14 @@ use rnic_firmware_if::context::{
     CqArmState, CqState, Cqc, EqArmState, EqState, Eqc, Mpt, MptState, Mtu, QpState, Qpc, ServiceType, Srqc, CQC_SIZE,
     QPC_SIZE,
 };
-use rnic_firmware_if::mtr::QpBufferLayout;
-use rnic_firmware_if::wqe::{RcSqWqe, Sge, SqOpcode, UdSqWqe, MAX_INLINE_IN_WQE};
-use rnic_hw_model::fabric::Port;
 use rnic_firmware_if::cqe::Cqe;
 use rnic_firmware_if::doorbell::{CqDoorbell, Doorbell, DB_OFFSET};
 use rnic_firmware_if::eqe::Aeqe;
 use rnic_firmware_if::mailbox::{MailboxCompletion, MailboxOpcode, MailboxStatus, PostMailbox, POLL_TOKEN};
+use rnic_firmware_if::mtr::QpBufferLayout;
+use rnic_firmware_if::wqe::{RcSqWqe, Sge, SqOpcode, UdSqWqe, MAX_INLINE_IN_WQE};
 use rnic_firmware_if::{pci, regs};
+use rnic_hw_model::fabric::Port;
 use rnic_hw_model::interrupt::RecordingSink;
 use rnic_hw_model::memory::{Backing, FRAME_SIZE};
 use rnic_hw_model::{Device, DeviceConfig, HostMemory, HostMemoryExt, PagedMemory, Picoseconds};
@@ -595,6 +595,8 @@ pub struct QpSpec {
     pub traffic_class: u8,
     /// Flow label.
     pub flow_label: u32,
+    /// VLAN ID (0xFFF: untagged).
+    pub vlan_id: u16,
     /// Initial send PSN.
     pub sq_psn: u32,
     /// Initial expected receive PSN.
@@ -621,6 +623,9 @@ pub struct QpSpec {
     pub qkey: u32,
     /// Every WQE completes (SIG_TYPE 0).
     pub signal_all: bool,
+    /// RQ record doorbell address (RQ_RECORD_EN): receives publish their head there
+    /// instead of ringing the RQ doorbell.
+    pub rq_record: Option<u64>,
 }
 
 impl QpSpec {
@@ -646,6 +651,7 @@ impl QpSpec {
             hop_limit: 64,
             traffic_class: 0,
             flow_label: 0,
+            vlan_id: 0xFFF,
             sq_psn: 0,
             rq_psn: 0,
             ack_timeout: 14,
@@ -659,6 +665,7 @@ impl QpSpec {
             remote_atomic: true,
             qkey: 0,
             signal_all: true,
+            rq_record: None,
         }
     }
 }
@@ -909,7 +916,11 @@ impl RegisterHarness {
             }
             MrMode::Pbl { iova } => {
                 let in_page = iova & (FRAME_SIZE - 1);
-                assert_eq!(bus & (FRAME_SIZE - 1), in_page, "bus address and IOVA share the page offset");
+                assert_eq!(
+                    bus & (FRAME_SIZE - 1),
+                    in_page,
+                    "bus address and IOVA share the page offset"
+                );
                 let first_page = bus - in_page;
                 let pages = (in_page + length).div_ceil(FRAME_SIZE).max(1);
                 let pbl = self.allocate((pages as usize * 8).next_power_of_two());
@@ -929,7 +940,12 @@ impl RegisterHarness {
             }
         };
         let status = self.mailbox_with(MailboxOpcode::CreateMpt, index, &mpt, None);
-        assert_eq!(status, MailboxCompletion::Success, "CREATE_MPT {index}: {}", self.last_diagnostic());
+        assert_eq!(
+            status,
+            MailboxCompletion::Success,
+            "CREATE_MPT {index}: {}",
+            self.last_diagnostic()
+        );
         MemoryRegion {
             key,
             iova,
@@ -1034,7 +1050,7 @@ impl RegisterHarness {
         qpc.set_hop_limit(spec.hop_limit);
         qpc.set_traffic_class(spec.traffic_class);
         qpc.set_flow_label(spec.flow_label);
-        qpc.set_vlan_id(0xFFF);
+        qpc.set_vlan_id(spec.vlan_id);
         qpc.set_sq_current_psn(spec.sq_psn);
         qpc.set_sq_max_psn(spec.sq_psn);
         qpc.set_rx_ack_expected_psn(spec.sq_psn);
@@ -1054,6 +1070,10 @@ impl RegisterHarness {
         qpc.set_qkey_xrcd(spec.qkey);
         qpc.set_signal_requested_only(!spec.signal_all);
         qpc.set_fast_register_enable(true);
+        if let Some(record) = spec.rq_record {
+            qpc.set_rq_record_enable(true);
+            qpc.set_rq_record_address(record);
+        }
         assert_eq!(
             self.modify_qp(spec.qpn, &qpc, &Qpc::zeroed()),
             MailboxCompletion::Success,
@@ -1176,8 +1196,8 @@ impl RegisterHarness {
         self.doorbell(Doorbell::sq(qp.qpn, qp.sq_head as u16, 0).as_u64());
     }
 
-    /// Posts a receive WQE with `sges` to `qp`'s RQ and rings the RQ doorbell; returns its
-    /// index.
+    /// Posts a receive WQE with `sges` to `qp`'s RQ and rings the RQ doorbell (or writes
+    /// the record doorbell); returns its index.
     pub fn post_recv(&mut self, qp: &mut QueuePair, sges: &[Sge]) -> u32 {
         let index = qp.rq_head;
         let slots = 1usize << qp.spec.rq_sge_shift;
@@ -1188,7 +1208,10 @@ impl RegisterHarness {
         }
         self.memory.write(qp.rq_wqe_address(index), &wqe).unwrap();
         qp.rq_head = index.wrapping_add(1);
-        self.doorbell(Doorbell::rq(qp.qpn, qp.rq_head as u16).as_u64());
+        match qp.spec.rq_record {
+            Some(record) => self.memory.write_u32(record, qp.rq_head & 0xFFFF).unwrap(),
+            None => self.doorbell(Doorbell::rq(qp.qpn, qp.rq_head as u16).as_u64()),
+        }
         index
     }
 

@@ -28,7 +28,11 @@ mod tests {
     #[test]
     fn a_written_file_reads_back_frame_for_frame() {
         let frames: Vec<CapturedFrame> = (0..5u8)
-            .map(|i| CapturedFrame { time: Picoseconds(i as u64 * 1_000_000), from: DeviceId(0), bytes: vec![i; 64] })
+            .map(|i| CapturedFrame {
+                time: Picoseconds(i as u64 * 1_000_000),
+                from: DeviceId(0),
+                bytes: vec![i; 64],
+            })
             .collect();
         let path = std::env::temp_dir().join(format!("rnic-pcap-test-{}.pcap", std::process::id()));
         write_pcap(&path, &frames).unwrap();

@@ -34,6 +34,7 @@ fn log2_floor(value: u32) -> u32 {
 }
 
 /// The translation of a QP's WQE buffer ([SQ][extended SGEs][RQ]) and where each region starts.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct QpBuffer {
     pub mtr: Mtr,
     pub region_offsets: [u64; 3],
@@ -136,10 +137,32 @@ impl Device {
         }
         tracing::debug!(target: "rnic::qp", qpn, ?from, ?to, "modify");
         self.write_context(address, &merged)?;
+        // The transport picks up (or drops) its per-QP state; for ERR before the flush, so
+        // the flush also covers the WQEs the requester held.
+        self.transport_qp_modified(qpn, from, to, &merged);
         if to == QpState::Err {
             self.flush_qp(qpn, address, merged);
         }
         Ok(())
+    }
+
+    /// Moves QP `qpn` to ERR on the device's own account (a transport error) and flushes
+    /// its outstanding WQEs; the transport has written its consumer indices back first.
+    pub(crate) fn qp_enter_error(&mut self, qpn: u32) {
+        let Ok((mut qpc, address)) = self.read_context::<Qpc>(ContextTable::Qpc, qpn) else {
+            return;
+        };
+        let from = qpc.qp_state().unwrap_or(QpState::Reset);
+        if from == QpState::Err {
+            return;
+        }
+        qpc.set_qp_state(QpState::Err);
+        if self.write_context(address, &qpc).is_err() {
+            return;
+        }
+        tracing::debug!(target: "rnic::qp", qpn, ?from, "transport error: to ERR");
+        self.transport_qp_modified(qpn, from, QpState::Err, &qpc);
+        self.flush_qp(qpn, address, qpc);
     }
 
     fn validate_qp_init(&mut self, qpn: u32, qpc: &Qpc) -> Result<(), Rejection> {
@@ -315,8 +338,11 @@ impl Device {
         if self.write_context(address, &qpc).is_err() {
             return;
         }
-        if state == QpState::Err {
-            self.flush_qp(qpn, address, qpc);
+        match (state, queue) {
+            (QpState::Err, _) => self.flush_qp(qpn, address, qpc),
+            (QpState::Rts, WorkQueue::Send) => self.transport_sq_doorbell(qpn, producer_index),
+            (_, WorkQueue::Receive) => self.transport_rq_doorbell(qpn, producer_index),
+            _ => {}
         }
     }
 

@@ -2,6 +2,7 @@
 //! doorbell. The SRQC lives in host memory (the SRQC table).
 
 use rnic_firmware_if::context::Srqc;
+use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::mtr::page_shift_from_field;
 
@@ -13,6 +14,21 @@ use crate::mtt::Mtr;
 
 /// SRQ_ST value of a valid SRQ.
 const SRQ_VALID: u8 = 1;
+
+/// A receive WQE taken from an SRQ's index queue by the transport.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SrqWqe {
+    /// The WQE slot (the CQE's WQE_IDX, which software frees).
+    pub slot: u16,
+    /// Translation of the SRQ's WQE buffer.
+    pub mtr: Mtr,
+    /// Byte offset of the WQE in the buffer.
+    pub offset: u64,
+    /// SGE slots per WQE.
+    pub slots: u32,
+    /// The SRQ's PD (local keys of its WQEs are checked against it).
+    pub pd: u32,
+}
 
 impl Device {
     fn srq_index_check(&self, srqn: u32) -> Result<(), Rejection> {
@@ -189,7 +205,7 @@ impl Device {
                         producer_index as u64,
                         format!("at most {depth} WQEs past the consumer index {}", srqc.consumer_index()),
                     );
-                    self.post_async_event(rnic_firmware_if::event::AsyncEventType::SrqCatasError, 0, srqn);
+                    self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
                     return;
                 }
                 srqc.set_producer_index(producer_index);
@@ -205,8 +221,119 @@ impl Device {
                     srqn as u64,
                     "an existing SRQ",
                 );
-                self.post_async_event(rnic_firmware_if::event::AsyncEventType::SrqCatasError, 0, srqn);
+                self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
             }
         }
+    }
+
+    /// Takes the next posted WQE of SRQ `srqn` for an inbound message: reads the slot
+    /// from the index queue at the consumer index (the producer index comes from the
+    /// record doorbell when `DB_RECORD_EN`), advances the consumer index, and when fewer
+    /// than `LIMIT_WL` WQEs remain posted raises SRQ_LIMIT_REACH and disarms the limit
+    /// (LIMIT_WL = 0, as hns and IB do). None when the SRQ is empty or broken (the
+    /// latter diagnosed and reported with SRQ_CATAS_ERROR).
+    pub(crate) fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
+        let object = || format!("SRQ {srqn:#x}");
+        let (mut srqc, address) = match self
+            .srq_index_check(srqn)
+            .and_then(|()| self.read_context::<Srqc>(ContextTable::Srqc, srqn))
+        {
+            Ok((srqc, address)) if srqc.srq_state_raw() == SRQ_VALID => (srqc, address),
+            _ => {
+                self.diagnose(
+                    Source::Transport,
+                    object(),
+                    "SRQN",
+                    srqn as u64,
+                    "a created SRQ for the QP",
+                );
+                self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+                return None;
+            }
+        };
+        let depth = 1u32 << srqc.shift();
+        let producer = if srqc.record_enable() {
+            let mut record = [0u8; 4];
+            if let Err(error) = self.dma_read(srqc.record_address(), &mut record) {
+                self.diagnose(
+                    Source::Transport,
+                    object(),
+                    "DB_RECORD_ADDR",
+                    srqc.record_address(),
+                    format!("a readable SRQ record doorbell: {error}"),
+                );
+                self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+                return None;
+            }
+            u32::from_le_bytes(record) as u16
+        } else {
+            srqc.producer_index()
+        };
+        let consumer = srqc.consumer_index();
+        let posted = producer.wrapping_sub(consumer) as u32;
+        if posted == 0 {
+            return None;
+        }
+        if posted > depth {
+            self.diagnose(
+                Source::Transport,
+                object(),
+                "PRODUCER_IDX",
+                producer as u64,
+                format!("at most {depth} WQEs past the consumer index {consumer}"),
+            );
+            self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+            return None;
+        }
+        let buffers = Self::srq_buffers(&srqc);
+        let Ok((wqe_mtr, index_mtr)) = buffers else {
+            self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+            return None;
+        };
+        let mut entry = [0u8; 4];
+        let index_offset = (consumer as u64 & (depth as u64 - 1)) * 4;
+        if let Err(error) = self.read_buffer(&index_mtr, index_offset, &mut entry) {
+            self.diagnose(
+                Source::Transport,
+                object(),
+                "IDX_BT_BA",
+                index_offset,
+                format!("a readable index queue: {error}"),
+            );
+            self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+            return None;
+        }
+        let slot = u32::from_le_bytes(entry);
+        if slot >= depth {
+            self.diagnose(
+                Source::Transport,
+                object(),
+                "index queue entry",
+                slot as u64,
+                format!("a WQE slot below the depth {depth}"),
+            );
+            self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+            return None;
+        }
+        let consumer = consumer.wrapping_add(1);
+        srqc.set_consumer_index(consumer);
+        let remaining = producer.wrapping_sub(consumer) as u32;
+        let limit = srqc.limit_watermark() as u32;
+        let limit_reached = limit != 0 && remaining < limit;
+        if limit_reached {
+            srqc.set_limit_watermark(0);
+        }
+        let _ = self.write_context(address, &srqc);
+        if limit_reached {
+            self.post_async_event(AsyncEventType::SrqLimitReach, 0, srqn);
+        }
+        let shift = srqc.max_sge_shift() as u32;
+        Some(SrqWqe {
+            slot: slot as u16,
+            mtr: wqe_mtr,
+            offset: (slot as u64) << (4 + shift),
+            slots: 1 << shift,
+            pd: srqc.protection_domain(),
+        })
     }
 }

@@ -1,25 +1,631 @@
-//! The RoCEv2 transport: requester, responder and completer (being written).
+//! The RoCEv2 transport: the engines between a doorbell and the wire, and between the
+//! wire and a CQE (hns pipeline: doorbell → WQE fetch → MTT → requester → wire →
+//! responder → completer → CQE → EQ). See `docs/transport.md`.
 //!
-//! The device's network port is two calls: [`Device::poll_transmit`] hands out the next
-//! frame the device has put on the wire (at or before the current virtual time), and
-//! [`Device::receive_frame`] delivers a frame to the device at the current virtual time.
+//! * [`wqe_fetch`]: reads and validates send WQEs; claims receive WQEs (RQ or SRQ).
+//! * [`requester`]: segments messages into packets by path MTU, assigns PSNs, keeps the
+//!   window of outstanding WQEs (fence, SR_MAX), completes UC/UD sends.
+//! * [`responder`]: PSN checks, duplicates, RNR, key checks, placement of SEND/WRITE
+//!   data, READ responses, atomics, ACK coalescing, invalidation, UD Q_Key checks.
+//! * [`completer`]: ACK/NAK/response processing at the requester, the ACK timer and the
+//!   RNR timer, retries and retry exhaustion.
+//! * [`path`]: Ethernet/IP/UDP headers from the QPC or the UD WQE and the GID/SMAC tables.
+//! * [`dma`]: gather and scatter through memory regions.
+//! * [`qp_runtime`]: the per-QP state these engines keep.
+//!
+//! The device's network port is three calls: [`Device::poll_transmit`] hands out the next
+//! frame the device has put on the wire (at or before the current virtual time),
+//! [`Device::receive_frame`] delivers a frame at the current virtual time, and
+//! [`Device::recycle_frame`] gives a transmitted buffer back so the data path does not
+//! allocate per packet.
+//!
+//! The port transmits one frame at a time: a `TransportTx` event picks the next QP with
+//! work from a round-robin ring, builds its next packet (responses before requests) and
+//! schedules itself again when the frame has been serialised.
 
-use crate::device::Device;
+pub(crate) mod completer;
+pub(crate) mod dma;
+pub(crate) mod op;
+pub(crate) mod path;
+pub(crate) mod qp_runtime;
+pub(crate) mod requester;
+pub(crate) mod responder;
+pub(crate) mod wqe_fetch;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use rnic_firmware_if::bits::Layout;
+use rnic_firmware_if::context::{QpState, Qpc, ServiceType};
+use rnic_firmware_if::cqe::{Cqe, CqeStatus, RecvOpcode};
+use rnic_firmware_if::event::AsyncEventType;
+use rnic_firmware_if::mailbox::ContextTable;
+
+use crate::device::{Device, Event};
+use crate::diagnostics::Source;
+use crate::time::Picoseconds;
+use crate::wire;
+
+use qp_runtime::{QpRuntime, Response};
+use wqe_fetch::SendWqe;
+
+/// A send WQE's completion: what its CQE says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FailedWqe {
+    pub index: u16,
+    /// Raw SQ opcode (also for opcodes the device does not know).
+    pub opcode: u8,
+    pub length: u32,
+    pub signaled: bool,
+    pub status: CqeStatus,
+}
+
+impl FailedWqe {
+    /// The completion of `wqe` with `status`.
+    pub fn of(wqe: &SendWqe, status: CqeStatus) -> Self {
+        Self {
+            index: wqe.index,
+            opcode: u8::from(wqe.opcode),
+            length: wqe.length,
+            signaled: wqe.signaled,
+            status,
+        }
+    }
+}
+
+/// Frame buffers kept for reuse.
+const POOL_LIMIT: usize = 1024;
+/// Transmitted frames kept for [`Device::poll_transmit`] before the oldest is dropped
+/// (nobody is polling the port).
+const TRANSMIT_QUEUE_LIMIT: usize = 4096;
+/// Capacity a new frame buffer gets: the largest RoCEv2 frame (4 KiB payload and headers).
+const FRAME_CAPACITY: usize = 4096 + 128;
+/// Line rate of the port in bits per second. Placeholder until the timing issue
+/// calibrates the model: 100 Gb/s serialisation plus preamble, SFD, FCS and the
+/// inter-frame gap (24 bytes) per frame.
+const LINE_RATE_BPS: u64 = 100_000_000_000;
+/// Bytes on the wire per frame besides the frame itself (preamble 7, SFD 1, FCS 4, IFG 12).
+const FRAME_OVERHEAD: u64 = 24;
+
+/// What the transport counted since power-on or the last function reset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportCounters {
+    /// Frames put on the wire (loopback included).
+    pub frames_transmitted: u64,
+    /// Frames delivered to the port.
+    pub frames_received: u64,
+    /// Received frames dropped (malformed, bad ICRC, not for us, no such QP, wrong state).
+    pub frames_dropped: u64,
+    /// Frames looped back to the device itself.
+    pub loopback_frames: u64,
+    /// Transmitted frames dropped because nobody polled the port.
+    pub transmit_overflows: u64,
+    /// Request packets retransmitted (go-back-N).
+    pub retransmitted_packets: u64,
+    /// Go-back-N rounds started (timeouts, sequence NAKs, lost responses).
+    pub retries: u64,
+    /// Local ACK timeouts.
+    pub ack_timeouts: u64,
+    /// RNR NAKs sent by the responder.
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs received by the requester.
+    pub rnr_naks_received: u64,
+    /// NAKs other than RNR sent.
+    pub naks_sent: u64,
+    /// NAKs other than RNR received.
+    pub naks_received: u64,
+    /// PSN sequence errors seen by the responder.
+    pub out_of_sequence: u64,
+    /// Duplicate requests seen by the responder.
+    pub duplicate_requests: u64,
+    /// Duplicate or stale responses ignored by the requester.
+    pub duplicate_responses: u64,
+    /// UD packets dropped for a Q_Key mismatch.
+    pub qkey_violations: u64,
+    /// UC/UD messages dropped (no receive WQE, PSN gap).
+    pub messages_dropped: u64,
+    /// Received frames whose ICRC did not verify (also counted in `frames_dropped`).
+    pub icrc_errors: u64,
+    /// Responses not queued because the responder's queue was full (duplicate floods).
+    pub responses_dropped: u64,
+}
+
+/// The transport's device-wide state.
+#[derive(Debug)]
+pub(crate) struct Transport {
+    /// Per-QP state of every QP in RTR, RTS or ERR, by QPN (ordered: deterministic).
+    pub qps: BTreeMap<u32, Box<QpRuntime>>,
+    /// QPs that may have something to transmit, served round robin.
+    pub active: VecDeque<u32>,
+    /// A `TransportTx` event is pending.
+    pub tx_scheduled: bool,
+    /// The port is serialising `on_wire` until then; an earlier `TransportTx` (from a
+    /// kick during a transmit slot) finds it busy and leaves the frame alone.
+    pub busy_until: Picoseconds,
+    /// The frame being serialised.
+    pub on_wire: Option<Vec<u8>>,
+    /// Frames that left the port, for `poll_transmit`.
+    pub transmitted: VecDeque<Vec<u8>>,
+    /// Free frame buffers.
+    pub pool: Vec<Vec<u8>>,
+    /// IPv4 identification of the next IPv4 packet.
+    pub ipv4_identification: u16,
+    /// Source of timer generations (never reused, so a stale timer is always ignored).
+    pub generation: u64,
+    pub counters: TransportCounters,
+}
+
+impl Default for Transport {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Transport {
+    /// The transport of a device after power-on or function reset.
+    pub fn new() -> Self {
+        Self {
+            qps: BTreeMap::new(),
+            active: VecDeque::with_capacity(64),
+            tx_scheduled: false,
+            busy_until: Picoseconds::ZERO,
+            on_wire: None,
+            transmitted: VecDeque::with_capacity(256),
+            pool: Vec::with_capacity(64),
+            ipv4_identification: 0,
+            generation: 0,
+            counters: TransportCounters::default(),
+        }
+    }
+
+    /// The identification field of the next IPv4 header.
+    pub fn next_ipv4_identification(&mut self) -> u16 {
+        let id = self.ipv4_identification;
+        self.ipv4_identification = id.wrapping_add(1);
+        id
+    }
+
+    /// A fresh timer generation.
+    pub fn next_generation(&mut self) -> u64 {
+        self.generation += 1;
+        self.generation
+    }
+
+    /// A frame buffer from the pool.
+    pub fn take_buffer(&mut self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_else(|| Vec::with_capacity(FRAME_CAPACITY))
+    }
+
+    /// Returns a buffer to the pool.
+    pub fn give_buffer(&mut self, mut buffer: Vec<u8>) {
+        if self.pool.len() < POOL_LIMIT {
+            buffer.clear();
+            self.pool.push(buffer);
+        }
+    }
+}
+
+/// Serialisation time of a frame of `bytes` bytes at the placeholder line rate.
+fn serialisation_time(bytes: usize) -> Picoseconds {
+    let bits = (bytes as u64 + FRAME_OVERHEAD) * 8;
+    Picoseconds(bits * 1_000_000_000_000 / LINE_RATE_BPS)
+}
+
+// ---- the port -------------------------------------------------------------------------
 
 impl Device {
     /// The next Ethernet frame (without FCS) the device has transmitted, if any.
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        None
+        self.transport.transmitted.pop_front()
     }
 
     /// Delivers an Ethernet frame (without FCS) to the device's port now.
     pub fn receive_frame(&mut self, frame: &[u8]) {
-        let _ = frame;
+        self.transport.counters.frames_received += 1;
+        let parsed = match wire::parse_frame(frame) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                let (field, value) = match error {
+                    wire::WireError::BadIcrc { found, .. } => {
+                        self.transport.counters.icrc_errors += 1;
+                        ("ICRC", u64::from(found))
+                    }
+                    _ => ("RoCEv2 frame", 0),
+                };
+                self.drop_frame("frame", field, value, format!("a well-formed RoCEv2 frame: {error}"));
+                return;
+            }
+        };
+        self.dispatch_packet(frame, &parsed);
     }
 
     /// Returns a buffer obtained from [`Device::poll_transmit`] for reuse, so the data
     /// path does not allocate per packet.
     pub fn recycle_frame(&mut self, buffer: Vec<u8>) {
-        let _ = buffer;
+        self.transport.give_buffer(buffer);
+    }
+
+    /// What the transport counted.
+    pub fn transport_counters(&self) -> TransportCounters {
+        self.transport.counters
+    }
+
+    /// Drops a received frame: counted and diagnosed.
+    pub(crate) fn drop_frame(&mut self, object: impl Into<String>, field: &'static str, value: u64, expected: String) {
+        self.transport.counters.frames_dropped += 1;
+        self.diagnose(Source::Transport, object, field, value, expected);
+    }
+
+    /// Puts QP `qpn` on the port's ring and makes sure the port runs within `delay`.
+    pub(crate) fn kick_qp(&mut self, qpn: u32, delay: Picoseconds) {
+        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+            return;
+        };
+        if !runtime.in_ring {
+            runtime.in_ring = true;
+            self.transport.active.push_back(qpn);
+        }
+        if !self.transport.tx_scheduled {
+            self.transport.tx_scheduled = true;
+            self.scheduler.schedule_in(delay, Event::TransportTx);
+        }
+    }
+
+    /// The port finished the frame on the wire (if any) and picks the next one.
+    pub(crate) fn transport_tx_event(&mut self) {
+        if self.now() < self.transport.busy_until {
+            // The event at `busy_until` is pending and will pick the next frame.
+            return;
+        }
+        self.transport.tx_scheduled = false;
+        if let Some(frame) = self.transport.on_wire.take() {
+            self.frame_left_port(frame);
+        }
+        let mut budget = self.transport.active.len();
+        while budget > 0 {
+            budget -= 1;
+            let Some(qpn) = self.transport.active.pop_front() else {
+                break;
+            };
+            match self.transport.qps.get_mut(&qpn) {
+                Some(runtime) => runtime.in_ring = false,
+                None => continue,
+            }
+            let frame = match self.responder_next_packet(qpn) {
+                Some(frame) => Some(frame),
+                None => self.requester_next_packet(qpn),
+            };
+            if self.qp_has_work(qpn) {
+                if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+                    if !runtime.in_ring {
+                        runtime.in_ring = true;
+                        self.transport.active.push_back(qpn);
+                    }
+                }
+            }
+            if let Some(frame) = frame {
+                let done = self.now() + serialisation_time(frame.len());
+                self.transport.on_wire = Some(frame);
+                self.transport.busy_until = done;
+                self.transport.tx_scheduled = true;
+                self.scheduler.schedule_at(done, Event::TransportTx);
+                return;
+            }
+        }
+    }
+
+    /// Whether QP `qpn` may have a packet to send.
+    fn qp_has_work(&self, qpn: u32) -> bool {
+        let Some(runtime) = self.transport.qps.get(&qpn) else {
+            return false;
+        };
+        if !runtime.responder.pending.is_empty() {
+            return true;
+        }
+        let requester = &runtime.requester;
+        runtime.state == QpState::Rts
+            && !requester.rnr_wait
+            && !requester.stalled
+            && (requester.cursor_slot < requester.window.len() || requester.fetched != requester.producer)
+    }
+
+    /// A frame left the port: to ourselves (loopback) or out to `poll_transmit`.
+    fn frame_left_port(&mut self, frame: Vec<u8>) {
+        self.transport.counters.frames_transmitted += 1;
+        let destination: [u8; 6] = frame.get(..6).and_then(|mac| mac.try_into().ok()).unwrap_or_default();
+        if self.is_local_mac(&destination) {
+            self.transport.counters.loopback_frames += 1;
+            self.receive_frame(&frame);
+            self.transport.give_buffer(frame);
+            return;
+        }
+        if self.transport.transmitted.len() >= TRANSMIT_QUEUE_LIMIT {
+            self.transport.counters.transmit_overflows += 1;
+            if let Some(old) = self.transport.transmitted.pop_front() {
+                self.transport.give_buffer(old);
+            }
+        }
+        self.transport.transmitted.push_back(frame);
+    }
+
+    /// Routes a parsed packet to the responder (requests) or the completer (responses).
+    fn dispatch_packet(&mut self, frame: &[u8], parsed: &wire::ParsedFrame<'_>) {
+        let repr = &parsed.repr;
+        if !self.is_local_mac(&repr.ethernet.destination) {
+            self.drop_frame(
+                "frame",
+                "destination MAC",
+                mac_value(&repr.ethernet.destination),
+                "one of the port's MAC addresses (SMAC table)".into(),
+            );
+            return;
+        }
+        let (_, destination_gid) = path::packet_gids(&repr.ip);
+        if !self.is_local_gid(&destination_gid) {
+            self.drop_frame(
+                "frame",
+                "destination IP",
+                u64::from_be_bytes(destination_gid[8..].try_into().unwrap_or_default()),
+                "one of the port's GIDs".into(),
+            );
+            return;
+        }
+        let bth = &repr.bth;
+        if bth.transport_version != 0 || bth.partition_key & 0x7FFF != 0x7FFF {
+            self.drop_frame(
+                format!("QP {:#x}", bth.destination_qp),
+                "BTH P_Key/TVer",
+                u64::from(bth.partition_key),
+                "TVer 0 and the default P_Key 0xFFFF".into(),
+            );
+            return;
+        }
+        let qpn = bth.destination_qp;
+        let opcode = bth.opcode.0;
+        let Some(runtime) = self.transport.qps.get(&qpn) else {
+            self.drop_frame(
+                format!("QP {qpn:#x}"),
+                "BTH DestQP",
+                u64::from(qpn),
+                "a QP in RTR or RTS".into(),
+            );
+            return;
+        };
+        let (state, service) = (runtime.state, runtime.config.service);
+        if !matches!(state, QpState::Rtr | QpState::Rts) {
+            self.drop_frame(
+                format!("QP {qpn:#x}"),
+                "QP_ST",
+                u64::from(u8::from(state)),
+                "a QP in RTR or RTS to receive".into(),
+            );
+            return;
+        }
+        let expected_service = match opcode >> 5 {
+            0 => Some(ServiceType::Rc),
+            1 => Some(ServiceType::Uc),
+            3 => Some(ServiceType::Ud),
+            _ => None,
+        };
+        if expected_service != Some(service) {
+            self.drop_frame(
+                format!("QP {qpn:#x}"),
+                "BTH OpCode",
+                u64::from(opcode),
+                format!("an opcode of the QP's service type {service:?}"),
+            );
+            return;
+        }
+        match service {
+            ServiceType::Rc if op::is_response(opcode) => {
+                if state != QpState::Rts {
+                    self.drop_frame(
+                        format!("QP {qpn:#x}"),
+                        "QP_ST",
+                        u64::from(u8::from(state)),
+                        "responses only for a QP in RTS".into(),
+                    );
+                    return;
+                }
+                self.completer_receive(qpn, parsed);
+            }
+            ServiceType::Ud => self.ud_receive(qpn, frame, parsed),
+            ServiceType::Uc => self.uc_receive(qpn, parsed),
+            _ => self.rc_receive(qpn, parsed),
+        }
+    }
+}
+
+/// A MAC address as a number for diagnostics.
+pub(crate) fn mac_value(mac: &[u8; 6]) -> u64 {
+    mac.iter().fold(0u64, |acc, b| acc << 8 | u64::from(*b))
+}
+
+// ---- hooks from the QP engine ------------------------------------------------------------
+
+impl Device {
+    /// MODIFY_QPC wrote `qpc` (state `to`) for QP `qpn`: create, refresh or drop the
+    /// transport state. Called before the flush of a move to ERR.
+    pub(crate) fn transport_qp_modified(&mut self, qpn: u32, from: QpState, to: QpState, qpc: &Qpc) {
+        match to {
+            QpState::Rtr => {
+                let generation = self.transport.next_generation();
+                let runtime = Box::new(QpRuntime::new(qpn, qpc, QpState::Rtr, generation));
+                self.transport.qps.insert(qpn, runtime);
+            }
+            QpState::Rts => {
+                let fresh = from != QpState::Rts || !self.transport.qps.contains_key(&qpn);
+                let generation = self.transport.next_generation();
+                match self.transport.qps.get_mut(&qpn) {
+                    Some(runtime) if !fresh => {
+                        runtime.config = qp_runtime::QpConfig::from_qpc(qpn, qpc);
+                    }
+                    Some(runtime) => {
+                        runtime.config = qp_runtime::QpConfig::from_qpc(qpn, qpc);
+                        runtime.requester = qp_runtime::Requester::new(qpc, generation);
+                        runtime.state = QpState::Rts;
+                    }
+                    None => {
+                        let runtime = Box::new(QpRuntime::new(qpn, qpc, QpState::Rts, generation));
+                        self.transport.qps.insert(qpn, runtime);
+                    }
+                }
+                self.kick_qp(qpn, Picoseconds::ZERO);
+            }
+            QpState::Err => self.transport_enter_error(qpn),
+            _ => {
+                self.transport.qps.remove(&qpn);
+            }
+        }
+    }
+
+    /// The QP goes to ERR: forget the requester's WQEs (the flush that follows covers them
+    /// from SQ_CONSUMER_IDX), complete a claimed SRQ WQE with a flush error, keep only
+    /// queued ACK/NAKs so a final NAK still goes out.
+    fn transport_enter_error(&mut self, qpn: u32) {
+        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+            return;
+        };
+        runtime.state = QpState::Err;
+        runtime.requester.clear();
+        let claimed = runtime.responder.inbound.recv.take();
+        runtime.responder.inbound = qp_runtime::Inbound::IDLE;
+        runtime.responder.pending.retain(|r| matches!(r, Response::Ack { .. }));
+        let recv_cq = runtime.config.recv_cq;
+        if let Some(claimed) = claimed.filter(|c| c.srq.is_some()) {
+            let mut cqe = Cqe::zeroed();
+            cqe.set_opcode(RecvOpcode::Send as u8);
+            cqe.set_receive_side(true);
+            cqe.set_status(CqeStatus::WrFlushErr as u8);
+            cqe.set_wqe_index(claimed.wqe_index);
+            cqe.set_local_qp_number(qpn);
+            let _ = self.post_cqe(recv_cq, cqe, false);
+        }
+    }
+
+    /// An SQ doorbell moved QP `qpn`'s producer index (QP in RTS).
+    pub(crate) fn transport_sq_doorbell(&mut self, qpn: u32, producer_index: u16) {
+        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+            return;
+        };
+        runtime.requester.producer = producer_index;
+        runtime.requester.stalled = false;
+        let delay = self.config.latencies.doorbell;
+        self.kick_qp(qpn, delay);
+    }
+
+    /// An RQ doorbell moved QP `qpn`'s producer index.
+    pub(crate) fn transport_rq_doorbell(&mut self, qpn: u32, producer_index: u16) {
+        if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+            runtime.responder.rq_producer = producer_index;
+        }
+    }
+}
+
+// ---- completions, write-back and errors shared by the engines ------------------------------
+
+impl Device {
+    /// Writes the send-side CQE for `wqe` if it completes visibly: always on error, else
+    /// when signaled or the QP signals every WQE.
+    pub(crate) fn complete_send(&mut self, qpn: u32, wqe: &FailedWqe) {
+        let Some(runtime) = self.transport.qps.get(&qpn) else {
+            return;
+        };
+        let config = runtime.config;
+        if wqe.status == CqeStatus::Success && !wqe.signaled && !config.signal_all {
+            return;
+        }
+        let mut cqe = Cqe::zeroed();
+        cqe.set_opcode(wqe.opcode);
+        cqe.set_receive_side(false);
+        cqe.set_status(u8::from(wqe.status));
+        cqe.set_wqe_index(wqe.index);
+        cqe.set_local_qp_number(qpn);
+        cqe.set_byte_count(wqe.length);
+        let _ = self.post_cqe(config.send_cq, cqe, false);
+    }
+
+    /// Writes the engines' progress into the QPC fields hns names, so QUERY_QPC shows it
+    /// and the doorbell and flush logic see the current consumer indices.
+    pub(crate) fn sync_qpc(&mut self, qpn: u32) {
+        let Some(runtime) = self.transport.qps.get(&qpn) else {
+            return;
+        };
+        let requester = &runtime.requester;
+        let responder = &runtime.responder;
+        let sending = runtime.state == QpState::Rts;
+        let (sq_consumer, next_psn, una_psn, retry_left, rnr_left) = (
+            requester.consumer(),
+            requester.next_psn,
+            requester.una_psn,
+            requester.retry_left,
+            requester.rnr_left,
+        );
+        let (epsn, msn, psn_error, rq_consumer) = (
+            responder.epsn,
+            responder.msn,
+            responder.psn_error_sent,
+            responder.rq_consumer,
+        );
+        let Ok((mut qpc, address)) = self.read_context::<Qpc>(ContextTable::Qpc, qpn) else {
+            return;
+        };
+        if sending {
+            qpc.set_sq_consumer_index(sq_consumer);
+            qpc.set_sq_current_psn(next_psn);
+            qpc.set_sq_max_psn(next_psn);
+            qpc.set_rx_ack_expected_psn(una_psn);
+            qpc.set_retry_count(retry_left);
+            qpc.set_rnr_retry_count(rnr_left);
+        }
+        qpc.set_rx_request_expected_psn(epsn);
+        qpc.set_rx_request_msn(msn);
+        qpc.set_rx_request_psn_error(psn_error);
+        qpc.set_rq_consumer_index(rq_consumer);
+        let _ = self.write_context(address, &qpc);
+    }
+
+    /// The requester cannot go on: WQEs before `failed` in the window complete with
+    /// WR_FLUSH_ERR, `failed` (if any) with its status, and the QP moves to ERR, which
+    /// flushes the rest from the SQ consumer index on.
+    pub(crate) fn requester_fatal(&mut self, qpn: u32, failed: Option<FailedWqe>) {
+        if let Some(failed) = failed {
+            while let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+                let Some(front) = runtime.requester.window.pop_front() else {
+                    break;
+                };
+                if front.index == failed.index {
+                    break;
+                }
+                self.complete_send(qpn, &FailedWqe::of(&front, CqeStatus::WrFlushErr));
+            }
+            self.complete_send(qpn, &failed);
+            if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+                runtime.requester.window.clear();
+                runtime.requester.fetched = failed.index.wrapping_add(1);
+            }
+        }
+        self.sync_qpc(qpn);
+        self.qp_enter_error(qpn);
+    }
+
+    /// The responder hit a fatal error: queue `nak` (if any) for `psn`, report `event`
+    /// (with `sub_type`) on the AEQ, and move the QP to ERR.
+    pub(crate) fn responder_fatal(&mut self, qpn: u32, nak: Option<(u32, u8)>, event: Option<(AsyncEventType, u8)>) {
+        if let Some((psn, syndrome)) = nak {
+            if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+                runtime.responder.pending.push_back(Response::Ack { psn, syndrome });
+                self.transport.counters.naks_sent += 1;
+            }
+        }
+        if let Some((event, sub_type)) = event {
+            self.post_async_event(event, sub_type, qpn);
+        }
+        self.sync_qpc(qpn);
+        self.qp_enter_error(qpn);
+        // The NAK still goes out from the ERR state.
+        self.kick_qp(qpn, Picoseconds::ZERO);
     }
 }

@@ -23,7 +23,8 @@ pub enum Fate {
     Drop,
     /// Send it twice.
     Duplicate,
-    /// Hold it back until the next frame of this port has gone (reorder by one).
+    /// Hold it back until the next frame of this port has gone (reorder by one; the
+    /// port must send another frame).
     Hold,
 }
 
@@ -66,10 +67,8 @@ impl Port for Node {
             return Some(frame);
         }
         loop {
-            let Some(frame) = self.h.device.poll_transmit() else {
-                // Nothing more now: a held frame goes out after all.
-                return self.held.take();
-            };
+            // A held frame waits for the next frame of this port (it must come).
+            let frame = self.h.device.poll_transmit()?;
             let index = self.sent;
             self.sent += 1;
             let fate = match (&mut self.rule, wire::parse_frame(&frame)) {
@@ -191,6 +190,17 @@ impl Pair {
         self.fabric.device_mut(id).rule = Some(rule);
     }
 
+    /// Brings the fabric to the time of the device furthest ahead (setup through the
+    /// mailbox lets the devices run on their own).
+    pub fn sync(&mut self) {
+        let ahead = [self.a, self.b]
+            .into_iter()
+            .map(|id| self.fabric.device(id).now())
+            .max()
+            .unwrap_or_default();
+        self.fabric.advance_to(ahead);
+    }
+
     /// Runs until nothing is pending (at most 100 s of virtual time).
     pub fn run(&mut self) {
         let limit = self.fabric.now() + Picoseconds::from_millis(100_000);
@@ -199,6 +209,7 @@ impl Pair {
 
     /// Runs for `span` of virtual time.
     pub fn run_for(&mut self, span: Picoseconds) {
+        self.sync();
         let t = self.fabric.now() + span;
         self.fabric.advance_to(t);
     }
@@ -232,10 +243,19 @@ pub fn pattern(seed: u8) -> impl Fn(usize) -> u8 {
 
 /// QP 0x10 on node 1 connected to QP 0x20 on node 2 (`service`, `mtu`), each with a
 /// 256-entry CQ 1 and a 4 MiB region with every right (`mode` decides physical or PBL).
-pub fn connect(service: rnic_firmware_if::context::ServiceType, mtu: Mtu, ipv6: bool, tweak: impl Fn(&mut QpSpec)) -> Connection {
+pub fn connect(
+    service: rnic_firmware_if::context::ServiceType,
+    mtu: Mtu,
+    ipv6: bool,
+    tweak: impl Fn(&mut QpSpec),
+) -> Connection {
     let mut pair = Pair::new(ipv6);
     let (qa, ca, ma) = side(pair.a(), 1, 0x10, 0x20, service, mtu, ipv6, &tweak);
     let (qb, cb, mb) = side(pair.b(), 2, 0x20, 0x10, service, mtu, ipv6, &tweak);
+    // Setup is done: from here on every diagnostic is the transport's.
+    pair.a().device.take_diagnostics();
+    pair.b().device.take_diagnostics();
+    pair.sync();
     Connection {
         pair,
         qa,
@@ -351,7 +371,14 @@ impl Connection {
 
     /// Diagnostics of both nodes, as text.
     pub fn diagnostics(&mut self) -> Vec<String> {
-        let mut all: Vec<String> = self.pair.a().device.diagnostics().recent().map(|d| format!("A {d}")).collect();
+        let mut all: Vec<String> = self
+            .pair
+            .a()
+            .device
+            .diagnostics()
+            .recent()
+            .map(|d| format!("A {d}"))
+            .collect();
         all.extend(self.pair.b().device.diagnostics().recent().map(|d| format!("B {d}")));
         all
     }

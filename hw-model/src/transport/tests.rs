@@ -1,0 +1,129 @@
+//! In-crate tests of the transport's port: what it does with frames that are not for a
+//! live QP, the buffer pool and the line-rate placeholder. End-to-end behaviour (two
+//! NICs through the register interface and the fabric) is tested in
+//! `testbench/tests/transport_*.rs`.
+
+use std::sync::Arc;
+
+use rnic_firmware_if::cmdq::GidType;
+
+use super::*;
+use crate::config::DeviceConfig;
+use crate::firmware::GidTableEntry;
+use crate::interrupt::RecordingSink;
+use crate::memory::PagedMemory;
+use crate::wire::{opcode::BthOpcode, BthRepr, EthernetRepr, IpRepr, Ipv4Repr, RethRepr, RoceRepr};
+
+const GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 1];
+
+fn device() -> Device {
+    let mut device = Device::new(
+        DeviceConfig::default(),
+        Arc::new(PagedMemory::new()),
+        Box::new(RecordingSink::new()),
+    );
+    device.firmware.gids[0] = Some(GidTableEntry {
+        gid: GID,
+        gid_type: GidType::RoceV2Ipv4,
+    });
+    device
+}
+
+/// A well-formed RDMA WRITE ONLY to `qpn` of this device.
+fn write_only(device: &Device, qpn: u32) -> Vec<u8> {
+    let mut repr = RoceRepr::new(
+        EthernetRepr {
+            destination: device.config().mac_address,
+            source: [2, 0, 0, 0, 0, 9],
+            vlan: None,
+            ethertype: 0x0800,
+        },
+        IpRepr::V4(Ipv4Repr {
+            source: [10, 0, 0, 9],
+            destination: [10, 0, 0, 1],
+            dscp: 0,
+            ecn: 0,
+            ttl: 64,
+            identification: 0,
+            dont_fragment: true,
+        }),
+        0xC000,
+        BthRepr::new(BthOpcode::RC_RDMA_WRITE_ONLY, qpn, 0),
+    );
+    repr.reth = Some(RethRepr {
+        virtual_address: 0x1000,
+        rkey: 0x100,
+        dma_length: 4,
+    });
+    let mut frame = Vec::new();
+    wire::emit_frame(&repr, b"data", &mut frame);
+    frame
+}
+
+#[test]
+fn garbage_is_dropped_counted_and_named() {
+    let mut device = device();
+    device.receive_frame(&[]);
+    device.receive_frame(&[0xFF; 60]);
+    let counters = device.transport_counters();
+    assert_eq!(counters.frames_received, 2);
+    assert_eq!(counters.frames_dropped, 2);
+    let last = device.diagnostics().last().unwrap();
+    assert_eq!(last.source, Source::Transport);
+    assert!(last.expected.contains("well-formed RoCEv2"), "{last}");
+}
+
+#[test]
+fn a_bad_icrc_is_counted_as_such() {
+    let mut device = device();
+    let mut frame = write_only(&device, 0x10);
+    let last = frame.len() - 1;
+    frame[last] ^= 1;
+    device.receive_frame(&frame);
+    assert_eq!(device.transport_counters().icrc_errors, 1);
+    assert_eq!(device.diagnostics().last().unwrap().field, "ICRC");
+}
+
+#[test]
+fn frames_for_no_live_qp_or_another_address_are_dropped() {
+    let mut device = device();
+    let frame = write_only(&device, 0x10);
+    device.receive_frame(&frame);
+    assert_eq!(device.diagnostics().last().unwrap().field, "BTH DestQP");
+    // Another destination MAC.
+    let mut repaired = Vec::new();
+    let parsed = wire::parse_frame(&frame).unwrap();
+    let mut repr = parsed.repr;
+    repr.ethernet.destination[5] ^= 0x40;
+    wire::emit_frame(&repr, parsed.payload, &mut repaired);
+    device.receive_frame(&repaired);
+    assert_eq!(device.diagnostics().last().unwrap().field, "destination MAC");
+    // Another destination IP.
+    let mut repr = parsed.repr;
+    if let IpRepr::V4(v4) = &mut repr.ip {
+        v4.destination = [10, 0, 0, 2];
+    }
+    wire::emit_frame(&repr, parsed.payload, &mut repaired);
+    device.receive_frame(&repaired);
+    assert_eq!(device.diagnostics().last().unwrap().field, "destination IP");
+    assert_eq!(device.transport_counters().frames_dropped, 3);
+    assert_eq!(device.poll_transmit(), None, "nothing is answered");
+}
+
+#[test]
+fn recycled_buffers_are_reused_and_the_pool_is_bounded() {
+    let mut device = device();
+    for _ in 0..POOL_LIMIT + 10 {
+        device.recycle_frame(Vec::with_capacity(64));
+    }
+    assert_eq!(device.transport.pool.len(), POOL_LIMIT);
+    let buffer = device.transport.take_buffer();
+    assert!(buffer.is_empty() && buffer.capacity() >= 64);
+}
+
+#[test]
+fn serialisation_follows_the_placeholder_line_rate() {
+    // (1000 + 24) bytes × 8 bits at 100 Gb/s = 81.92 ns.
+    assert_eq!(serialisation_time(1000), Picoseconds(81_920));
+    assert_eq!(serialisation_time(0), Picoseconds(1_920));
+}
