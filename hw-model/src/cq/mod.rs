@@ -298,13 +298,14 @@ impl Device {
     /// exist is dropped and reported with CQ_ID_INVALID.
     pub(crate) fn cq_doorbell(&mut self, cqn: u32, word: u64) {
         let doorbell = CqDoorbell::from_u64(word);
-        let object = format!("CQ {cqn:#x}");
+        // Built only on error paths: set-CI doorbells are on the polling data path.
+        let object = || format!("CQ {cqn:#x}");
         let (mut cqc, address) = match self.cq_context(cqn) {
             Ok((cqc, address)) if cqc.cq_state() == Ok(CqState::Valid) => (cqc, address),
             Ok((cqc, _)) if in_use(&cqc) => {
                 let state = cqc.cq_state_raw();
                 self.cq_doorbell_dropped(
-                    object,
+                    object(),
                     Cqc::CQ_ST.name,
                     state.into(),
                     "a valid CQ: this one overflowed or failed and must be destroyed".into(),
@@ -316,7 +317,7 @@ impl Device {
                     Err(rejection) => format!("a created CQ (context unreachable: {})", rejection.expected),
                     Ok(_) => "a created CQ (CQ_ST = 0)".to_string(),
                 };
-                self.cq_doorbell_dropped(object, CqDoorbell::TAG.name, cqn.into(), reason);
+                self.cq_doorbell_dropped(object(), CqDoorbell::TAG.name, cqn.into(), reason);
                 self.post_async_event(AsyncEventType::CqIdInvalid, 0, cqn);
                 return;
             }
@@ -333,7 +334,7 @@ impl Device {
                     let expected = format!(
                         "a consumer index from the current {old:#x} up to the producer index {producer_index:#x}"
                     );
-                    self.cq_doorbell_dropped(object, CqDoorbell::CQ_CI.name, consumer_index.into(), expected);
+                    self.cq_doorbell_dropped(object(), CqDoorbell::CQ_CI.name, consumer_index.into(), expected);
                     return;
                 }
                 cqc.set_consumer_index(consumer_index);
@@ -350,7 +351,7 @@ impl Device {
                 if outstanding > depth {
                     let expected =
                         format!("a consumer index at most {depth} behind the producer index {producer_index:#x}");
-                    self.cq_doorbell_dropped(object, CqDoorbell::CQ_CI.name, consumer_index.into(), expected);
+                    self.cq_doorbell_dropped(object(), CqDoorbell::CQ_CI.name, consumer_index.into(), expected);
                     return;
                 }
                 let solicited = doorbell.solicited_only();
@@ -372,7 +373,7 @@ impl Device {
             }
             _ => {
                 self.cq_doorbell_dropped(
-                    object,
+                    object(),
                     CqDoorbell::CMD.name,
                     doorbell.command().into(),
                     "3 (CQ set-CI) or 4 (CQ arm)".into(),

@@ -62,6 +62,10 @@ use crate::time::Picoseconds;
 /// Bytes of an Ethernet header without VLAN tag: the shortest frame the fabric forwards.
 pub const ETHERNET_HEADER_LEN: usize = 14;
 
+/// Capacity of a pool buffer: a 4096-byte payload plus every header RoCEv2 can stack
+/// (Ethernet + VLAN 18, IPv6 40, UDP 8, BTH 12, AtomicETH 28, pad 3, ICRC 4), rounded up.
+const MAX_FRAME_CAPACITY: usize = 4096 + 128;
+
 /// What the fabric needs from a device: its clock and its network port.
 ///
 /// [`Device`] implements it; anything else that keeps virtual time the same way (a
@@ -465,7 +469,9 @@ impl<P: Port> Fabric<P> {
             Some(buffer) => buffer,
             None => {
                 self.pool_allocations += 1;
-                Vec::with_capacity(frame.len())
+                // Sized for the largest frame (4 KiB payload and every header), so a pool
+                // buffer never has to grow later.
+                Vec::with_capacity(frame.len().max(MAX_FRAME_CAPACITY))
             }
         };
         buffer.clear();
