@@ -7,5 +7,6 @@
 //! timing issues. [`pcap`] writes what went over the fabric as pcap files.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod harness;
 pub mod pcap;
