@@ -6,6 +6,10 @@
 //! is reused only after its message completed (and was verified), so a check can never see
 //! a later message's bytes. Payloads are a pattern of (pair, message index), so a byte from
 //! the wrong message or a corrupted frame that got through would be caught.
+//!
+//! A scoreboard per pair checks that completions arrive exactly once and in posting order
+//! (requester side, and receiver side for SENDs), and folds a hash of every payload as
+//! expected and as found into two running digests that must agree at the end.
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -42,6 +46,8 @@ pub enum Operation {
     Send,
     /// Atomic fetch-and-add of 1 on one 8-byte word per pair.
     Atomic,
+    /// A seeded mix of the four, message by message (the soak test's traffic).
+    Mixed,
 }
 
 impl Operation {
@@ -52,6 +58,7 @@ impl Operation {
             Operation::Read => "read",
             Operation::Send => "send",
             Operation::Atomic => "atomic",
+            Operation::Mixed => "mixed",
         }
     }
 }
@@ -64,7 +71,10 @@ impl std::str::FromStr for Operation {
             "read" => Ok(Operation::Read),
             "send" => Ok(Operation::Send),
             "atomic" => Ok(Operation::Atomic),
-            other => Err(format!("unknown operation {other:?}: write, read, send or atomic")),
+            "mixed" => Ok(Operation::Mixed),
+            other => Err(format!(
+                "unknown operation {other:?}: write, read, send, atomic or mixed"
+            )),
         }
     }
 }
@@ -267,8 +277,14 @@ struct Pair {
     slot_size: usize,
     posted: u64,
     completed: u64,
-    receives_posted: u64,
-    receives_completed: u64,
+    /// Message numbers of posted SENDs whose receive has not completed, in order.
+    pending_receives: std::collections::VecDeque<u64>,
+    /// Fetch-and-adds completed: the old value the next one must return.
+    atomics_done: u64,
+    /// Running digest of the payloads as the sender meant them.
+    expected_digest: u64,
+    /// Running digest of the payloads as the receiver found them.
+    observed_digest: u64,
 }
 
 fn mtu_from_bytes(bytes: u32) -> Result<Mtu, BenchError> {
@@ -364,12 +380,13 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC;
+        // The slots, then the pair's 8-byte atomic word (so no payload ever lands on it).
         let requester_mr = requester
             .pd
-            .register_user_memory(vec![0u8; slots * slot_size], access)?;
+            .register_user_memory(vec![0u8; slots * slot_size + 64], access)?;
         let responder_mr = responder
             .pd
-            .register_user_memory(vec![0u8; slots * slot_size], access)?;
+            .register_user_memory(vec![0u8; slots * slot_size + 64], access)?;
         let depth = (2 * WINDOW) as u32;
         let requester_cq = requester.context.create_cq(depth, None, 0)?;
         let responder_cq = responder.context.create_cq(depth, None, 0)?;
@@ -410,8 +427,10 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
             slot_size,
             posted: 0,
             completed: 0,
-            receives_posted: 0,
-            receives_completed: 0,
+            pending_receives: std::collections::VecDeque::with_capacity(WINDOW),
+            atomics_done: 0,
+            expected_digest: DIGEST_SEED,
+            observed_digest: DIGEST_SEED,
         });
     }
 
@@ -456,6 +475,20 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
             }
         }
     }
+    if std::env::var_os("RNIC_BENCH_DIAGNOSTICS").is_some() {
+        for side in [&requester, &responder] {
+            side.device.with_device(|d| {
+                for diagnostic in d.diagnostics().recent() {
+                    eprintln!("diagnostic: {diagnostic}");
+                }
+            });
+        }
+    }
+    for pair in &pairs {
+        if pair.expected_digest != pair.observed_digest {
+            failure(&mut report, format!("pair {}: payload digests differ", pair.index));
+        }
+    }
     report.sim_time_ps = fabric.now().0 - start.0;
     report.retransmissions =
         transport_retransmissions(&requester.device) + transport_retransmissions(&responder.device) - before;
@@ -474,6 +507,34 @@ fn transport_retransmissions(device: &EmbeddedDevice) -> u64 {
     device.with_device(|d| d.transport_counters().retransmitted_packets)
 }
 
+const DIGEST_SEED: u64 = 0xCBF2_9CE4_8422_2325;
+
+/// FNV-1a over `bytes`, continuing `digest`.
+fn fold_digest(digest: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(digest, |d, b| (d ^ *b as u64).wrapping_mul(0x0000_0100_0000_01B3))
+}
+
+/// The operation of message `message` of pair `pair`.
+fn operation_of(config: &BenchConfig, pair: usize, message: u64) -> Operation {
+    match config.operation {
+        Operation::Mixed => {
+            let x = (message ^ (pair as u64) << 40).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            [Operation::Write, Operation::Read, Operation::Send, Operation::Atomic][(x >> 62) as usize]
+        }
+        other => other,
+    }
+}
+
+/// Bytes message `message` moves.
+fn message_size(config: &BenchConfig, size: usize, pair: usize, message: u64) -> usize {
+    match operation_of(config, pair, message) {
+        Operation::Atomic => 8,
+        _ => size,
+    }
+}
+
 /// Posts what the window allows and consumes completions for one pair; returns whether
 /// anything happened.
 fn step(
@@ -487,35 +548,43 @@ fn step(
 ) -> Result<bool, BenchError> {
     let mut progress = false;
     let size = report.size;
-    // Receives first, so a SEND never meets an empty receive queue (no RNR in a benchmark).
-    if config.operation == Operation::Send {
-        while pair.receives_posted < config.iterations && pair.receives_posted - pair.receives_completed < window {
-            let slot = (pair.receives_posted % pair.slots as u64) as usize;
+    while pair.posted < config.iterations && pair.posted - pair.completed < window {
+        let message = pair.posted;
+        let length = message_size(config, size, pair.index, message);
+        if operation_of(config, pair.index, message) == Operation::Send {
+            // The receive goes first, so a SEND never meets an empty receive queue.
+            let slot = (message % pair.slots as u64) as usize;
             let sge = Sge::new(
                 pair.responder_mr.addr() + (slot * pair.slot_size) as u64,
-                size as u32,
+                length as u32,
                 pair.responder_mr.lkey(),
             );
             pair.responder_qp
                 .post_recv(&[RecvWorkRequest {
-                    wr_id: pair.receives_posted,
+                    wr_id: message,
                     sg_list: &[sge],
                 }])
                 .map_err(|e| BenchError::Post(e.to_string()))?;
-            pair.receives_posted += 1;
-            progress = true;
+            pair.pending_receives.push_back(message);
         }
-    }
-    while pair.posted < config.iterations && pair.posted - pair.completed < window {
-        post_one(config, pair, buffer)?;
+        post_one(config, pair, &mut buffer[..length])?;
         pair.posted += 1;
         progress = true;
     }
     let got = pair.requester_cq.poll(completions)?;
     for wc in &completions[..got] {
         progress = true;
-        pair.completed += 1;
         let message = wc.wr_id;
+        if message != pair.completed {
+            failure(
+                report,
+                format!(
+                    "pair {}: completion of message {message}, expected {}",
+                    pair.index, pair.completed
+                ),
+            );
+        }
+        pair.completed += 1;
         if wc.status != WcStatus::Success {
             failure(
                 report,
@@ -526,79 +595,88 @@ fn step(
             );
             continue;
         }
-        if config.operation == Operation::Send {
-            // Counted when the receive side completes.
-            continue;
+        let operation = operation_of(config, pair.index, message);
+        if operation == Operation::Send {
+            continue; // counted when the receive completes
         }
-        if !config.verify {
-            report.messages_ok += 1;
-            continue;
-        }
-        let slot = (message % pair.slots as u64) as usize;
-        let offset = (slot * pair.slot_size) as u64;
-        let ok = match config.operation {
+        let length = message_size(config, size, pair.index, message);
+        let offset = ((message % pair.slots as u64) as usize * pair.slot_size) as u64;
+        let (expected, found) = (&mut buffer[..length], &mut check[..length]);
+        match operation {
             Operation::Write => {
-                fill_pattern(buffer, pair.index, message);
-                pair.responder_mr.read(offset, check)?;
-                check == buffer
+                fill_pattern(expected, pair.index, message);
+                if config.verify {
+                    pair.responder_mr.read(offset, found)?;
+                }
             }
             Operation::Read => {
-                fill_pattern(buffer, pair.index, message);
-                pair.requester_mr.read(offset, check)?;
-                check == buffer
+                fill_pattern(expected, pair.index, message);
+                if config.verify {
+                    pair.requester_mr.read(offset, found)?;
+                }
             }
-            Operation::Atomic => {
-                let mut old = [0u8; 8];
-                pair.requester_mr.read(offset, &mut old)?;
-                u64::from_le_bytes(old) == message
+            _ => {
+                expected.copy_from_slice(&pair.atomics_done.to_le_bytes());
+                pair.atomics_done += 1;
+                if config.verify {
+                    pair.requester_mr.read(offset, found)?;
+                }
             }
-            Operation::Send => unreachable!("handled above"),
-        };
-        if ok {
-            report.messages_ok += 1;
-            report.bytes_verified += size as u64;
-        } else {
+        }
+        settle_message(config, pair, report, message, expected, found);
+    }
+    let got = pair.responder_cq.poll(completions)?;
+    for wc in &completions[..got] {
+        progress = true;
+        let message = wc.wr_id;
+        if pair.pending_receives.pop_front() != Some(message) {
+            failure(report, format!("pair {}: receive {message} out of order", pair.index));
+        }
+        if wc.status != WcStatus::Success || wc.byte_len as usize != size {
             failure(
                 report,
-                format!("pair {} message {message}: payload differs", pair.index),
+                format!(
+                    "pair {} receive {message}: {:?}, {} bytes",
+                    pair.index, wc.status, wc.byte_len
+                ),
             );
+            continue;
         }
-    }
-    if config.operation == Operation::Send {
-        let got = pair.responder_cq.poll(completions)?;
-        for wc in &completions[..got] {
-            progress = true;
-            pair.receives_completed += 1;
-            let message = wc.wr_id;
-            if wc.status != WcStatus::Success || wc.byte_len as usize != size {
-                failure(
-                    report,
-                    format!(
-                        "pair {} receive {message}: {:?}, {} bytes",
-                        pair.index, wc.status, wc.byte_len
-                    ),
-                );
-                continue;
-            }
-            if !config.verify {
-                report.messages_ok += 1;
-                continue;
-            }
-            let slot = (message % pair.slots as u64) as usize;
-            fill_pattern(buffer, pair.index, message);
-            pair.responder_mr.read((slot * pair.slot_size) as u64, check)?;
-            if check == buffer {
-                report.messages_ok += 1;
-                report.bytes_verified += size as u64;
-            } else {
-                failure(
-                    report,
-                    format!("pair {} receive {message}: payload differs", pair.index),
-                );
-            }
+        let offset = ((message % pair.slots as u64) as usize * pair.slot_size) as u64;
+        let (expected, found) = (&mut buffer[..size], &mut check[..size]);
+        fill_pattern(expected, pair.index, message);
+        if config.verify {
+            pair.responder_mr.read(offset, found)?;
         }
+        settle_message(config, pair, report, message, expected, found);
     }
     Ok(progress)
+}
+
+/// Scores one completed message: compares and folds the digests when verifying.
+fn settle_message(
+    config: &BenchConfig,
+    pair: &mut Pair,
+    report: &mut BenchReport,
+    message: u64,
+    expected: &[u8],
+    found: &[u8],
+) {
+    if !config.verify {
+        report.messages_ok += 1;
+        return;
+    }
+    pair.expected_digest = fold_digest(pair.expected_digest, expected);
+    pair.observed_digest = fold_digest(pair.observed_digest, found);
+    if expected == found {
+        report.messages_ok += 1;
+        report.bytes_verified += expected.len() as u64;
+    } else {
+        failure(
+            report,
+            format!("pair {} message {message}: payload differs", pair.index),
+        );
+    }
 }
 
 fn failure(report: &mut BenchReport, what: String) {
@@ -625,7 +703,7 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
         send_flags: SendFlags::SIGNALED,
         ..SendWorkRequest::default()
     };
-    match config.operation {
+    match operation_of(config, pair.index, message) {
         Operation::Write => {
             fill_pattern(buffer, pair.index, message);
             pair.requester_mr.write(offset, buffer)?;
@@ -644,12 +722,12 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
             request.opcode = WrOpcode::RdmaRead;
             request.rdma = remote;
         }
-        Operation::Atomic => {
+        Operation::Atomic | Operation::Mixed => {
             request.opcode = WrOpcode::AtomicFetchAdd;
-            // Every message adds 1 to the pair's word at the responder's offset 0, so the
-            // old value message i fetches is exactly i (RC executes in order).
+            // Every atomic adds 1 to the pair's word, so the old value the k-th atomic
+            // fetches is exactly k (RC executes in order).
             request.atomic = AtomicFields {
-                remote_addr: pair.responder_mr.addr(),
+                remote_addr: pair.responder_mr.addr() + (pair.slots * pair.slot_size) as u64,
                 compare_add: 1,
                 swap: 0,
                 rkey: pair.responder_mr.rkey(),
