@@ -215,6 +215,12 @@ pub trait DeviceAccess: Send + Sync {
     /// when nothing is pending that could ever raise an interrupt.
     fn wait_interrupt(&self, timeout_ns: u64) -> Vec<u16>;
 
+    /// The driver looked for work and found none (an empty poll of a completion queue).
+    /// A model on virtual time lets a little of it pass, so an application spinning on
+    /// `poll` sees its completions arrive; on real hardware time passes anyway and this
+    /// does nothing.
+    fn idle(&self) {}
+
     /// The port's MAC address as the platform knows it (the netdev's address on Linux,
     /// the device configuration for the model), if the backend knows it. The driver
     /// programs it as source MAC 0 and derives the default GID from it.

@@ -7,19 +7,22 @@
 //!   application
 //!       │  verbs: Context, ProtectionDomain, MemoryRegion, CompletionQueue,
 //!       │         SharedReceiveQueue, QueuePair, AddressHandle, events
+//!       │  data path: post_send / post_recv / post_srq_recv, poll, req_notify
 //!   ┌───▼──────────────────────────────────────────────────────────────┐
-//!   │ verbs/   object numbers, contexts (QPC/CQC/SRQC/MPT), QP states   │
+//!   │ verbs/   object numbers, contexts (QPC/CQC/SRQC/MPT), QP states,  │
+//!   │          WQEs into the rings + doorbells, CQEs → work completions │
 //!   │ driver/  cmdq → mailbox → HEM context tables, EQs, bring-up       │
 //!   │ mtr      BT pages for queues and memory regions                   │
 //!   └───┬──────────────────────────────────────────────────────────────┘
 //!       │  DeviceAccess: config space, MMIO, DMA memory, interrupts, delay
 //!   ┌───▼───────────────┐
-//!   │ backend/embedded  │  the rnic-hw-model device in this process (virtual time)
-//!   └───────────────────┘  (vfio-user client and Linux VFIO backends later)
+//!   │ backend/embedded  │  rnic-hw-model devices in this process, on one fabric
+//!   └───────────────────┘  and one virtual clock (vfio-user and VFIO backends later)
 //! ```
 //!
-//! Start with [`verbs::Context::open`] on a [`backend::EmbeddedDevice`]; [`demo`] shows
-//! two NICs brought up and connected.
+//! Start with [`verbs::Context::open`] on a [`backend::EmbeddedDevice`] (several of them
+//! from one [`backend::EmbeddedFabric`] talk to each other); [`demo`] shows two NICs
+//! brought up, connected, and moving RDMA traffic.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -37,4 +40,8 @@ pub use verbs::{
     DeviceCapabilityFlags, Gid, LinkLayer, MemoryRegion, Mtu, ObjectCounts, PortAttributes, PortState,
     ProtectionDomain, QpAttributeMask, QpAttributes, QpBufferInfo, QpCapabilities, QpInitAttributes, QpState, QpType,
     QueuePair, Result, SharedReceiveQueue, SrqAttributeMask, SrqAttributes, VerbsError,
+};
+pub use verbs::{
+    AtomicFields, PostError, PostErrorKind, RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, UdFields,
+    WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };

@@ -1,6 +1,6 @@
 //! The demo the `rnic-emu` binary prints: two NICs with connected RC QPs.
 
-use rnic_verbs::demo::{bring_up_two_nics, bring_up_two_nics_report};
+use rnic_verbs::demo::{bring_up_two_nics, bring_up_two_nics_report, run_traffic};
 use rnic_verbs::QpState;
 
 #[test]
@@ -29,7 +29,31 @@ fn the_report_names_capabilities_objects_and_states() {
         "lkey",
         "state RTS",
         "SRQ",
+        "RDMA WRITE    64 messages     4194304 bytes",
+        "SEND/RECV     64 messages",
+        "RDMA READ     16 messages",
+        "atomics       64 messages",
+        "frames sent",
+        "virtual time",
     ] {
         assert!(report.contains(needle), "missing {needle:?} in:\n{report}");
     }
+}
+
+#[test]
+fn the_demo_traffic_moves_every_byte_over_one_fabric() {
+    let [a, b] = bring_up_two_nics().expect("demo");
+    assert_eq!(a.device.fabric().nics(), 2, "both NICs on one fabric");
+    assert_eq!(a.device.now(), b.device.now());
+    let report = run_traffic(&a, &b).expect("traffic");
+    assert_eq!(report.writes, (64, 64 * 65536));
+    assert_eq!(report.sends, (64, 64 * 4096));
+    assert_eq!(report.reads, (16, 16 * 65536));
+    assert_eq!(report.atomics, 64);
+    // At 4 KiB MTU: 1024 + 64 + 256 + 64 request/response packets at least, plus ACKs.
+    assert!(report.fabric.sent >= 1408, "{report:?}");
+    assert_eq!(report.fabric.sent, report.fabric.delivered);
+    assert!(report.elapsed.0 > 0);
+    // Again, on the same QPs: the rings and CQs keep going round.
+    run_traffic(&a, &b).expect("second run");
 }

@@ -1,5 +1,9 @@
 //! The embedded backend: the device model runs in the same process, on virtual time.
 //!
+//! * Every NIC sits on an [`EmbeddedFabric`], an in-process wire ([`Fabric`]) that owns the
+//!   devices, gives them one virtual clock and carries their frames. NICs on one fabric
+//!   reach each other; [`EmbeddedDevice::new`] makes a fabric of one. Each NIC is a host
+//!   of its own: its own host memory, DMA allocator and MSI-X sink.
 //! * Host memory is a [`PagedMemory`] shared with the device. DMA buffers come from a bump
 //!   allocator over bus-address space starting at [`DMA_BASE`]; each buffer is its own
 //!   [`Backing`] mapped contiguously. Addresses are never reused, so a device access to a
@@ -8,19 +12,24 @@
 //!   `Backing` and mapped frame by frame above [`USER_MEMORY_BASE`] — scattered over a
 //!   span twice their size in a seeded shuffled order by default, so memory regions need
 //!   real translation tables.
-//! * Every MMIO access first advances virtual time by [`EmbeddedConfig::mmio_cost`] (the
-//!   cost of a PCIe round trip) and runs the events due by then; [`DeviceAccess::delay`]
-//!   advances virtual time; [`DeviceAccess::wait_interrupt`] runs events until an MSI-X
-//!   message arrives, nothing is pending any more, or the timeout passes.
+//! * Every MMIO access first advances the fabric's virtual time by
+//!   [`EmbeddedConfig::mmio_cost`] (the cost of a PCIe round trip) and runs everything due
+//!   by then, on every NIC and on the wire; [`DeviceAccess::delay`] advances it;
+//!   [`DeviceAccess::wait_interrupt`] runs events until an MSI-X message for this NIC
+//!   arrives, nothing is pending any more, or the timeout passes; an empty poll
+//!   ([`DeviceAccess::idle`]) costs an MMIO's worth of time too. So whichever driver
+//!   touches its NIC, all of them progress: device B answers while driver A polls.
 //!
-//! [`EmbeddedDevice`] is a cheap handle (clones share the device), so a test can give one
-//! clone to the driver and keep another to look inside the model.
+//! [`EmbeddedDevice`] and [`EmbeddedFabric`] are cheap handles (clones share the device or
+//! the fabric), so a test can give one clone to the driver and keep another to look
+//! inside the model or at the wire.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_hw_model::config::DeviceConfig;
 use rnic_hw_model::device::Device;
+use rnic_hw_model::fabric::{CapturedFrame, DeviceId, Fabric, FabricConfig, FabricStatistics};
 use rnic_hw_model::interrupt::RecordingSink;
 use rnic_hw_model::memory::{Backing, HostMemory, PagedMemory, FRAME_SIZE};
 use rnic_hw_model::time::Picoseconds;
@@ -123,28 +132,6 @@ impl AddressSpace {
     }
 }
 
-struct Shared {
-    config: EmbeddedConfig,
-    memory: Arc<PagedMemory>,
-    device: Mutex<Device>,
-    interrupts: RecordingSink,
-    space: Mutex<AddressSpace>,
-}
-
-/// The device model behind [`DeviceAccess`]. Clones share one device.
-#[derive(Clone)]
-pub struct EmbeddedDevice {
-    shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for EmbeddedDevice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddedDevice")
-            .field("mac", &self.shared.config.device.mac_address)
-            .finish_non_exhaustive()
-    }
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves nothing half-updated that matters
     // more than the panic itself, so keep going with the inner value.
@@ -155,14 +142,48 @@ fn align_up(value: u64, align: u64) -> u64 {
     value.div_ceil(align) * align
 }
 
-impl EmbeddedDevice {
-    /// A device with the default configuration.
-    pub fn new() -> Self {
-        Self::with_config(EmbeddedConfig::default())
+/// Several embedded NICs on one in-process wire and one virtual clock. Clones share the
+/// fabric.
+///
+/// ```
+/// use rnic_verbs::backend::EmbeddedFabric;
+/// let fabric = EmbeddedFabric::new(Default::default());
+/// let a = fabric.add_nic([2, 0, 0, 0, 0, 1]);
+/// let b = fabric.add_nic([2, 0, 0, 0, 0, 2]);
+/// assert_eq!(a.now(), b.now());
+/// ```
+#[derive(Clone)]
+pub struct EmbeddedFabric {
+    fabric: Arc<Mutex<Fabric>>,
+}
+
+impl std::fmt::Debug for EmbeddedFabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        lock(&self.fabric).fmt(f)
+    }
+}
+
+impl Default for EmbeddedFabric {
+    fn default() -> Self {
+        Self::new(FabricConfig::default())
+    }
+}
+
+impl EmbeddedFabric {
+    /// An empty fabric at time zero.
+    pub fn new(config: FabricConfig) -> Self {
+        Self {
+            fabric: Arc::new(Mutex::new(Fabric::new(config))),
+        }
     }
 
-    /// A device with `config`.
-    pub fn with_config(config: EmbeddedConfig) -> Self {
+    /// Plugs a NIC with the default configuration and MAC address `mac` into the fabric.
+    pub fn add_nic(&self, mac: [u8; 6]) -> EmbeddedDevice {
+        self.add_nic_with_config(EmbeddedConfig::with_mac(mac))
+    }
+
+    /// Plugs a NIC with `config` into the fabric (it starts at the fabric's time).
+    pub fn add_nic_with_config(&self, config: EmbeddedConfig) -> EmbeddedDevice {
         let memory = Arc::new(PagedMemory::new());
         let interrupts = RecordingSink::new();
         let device = Device::new(
@@ -170,6 +191,7 @@ impl EmbeddedDevice {
             memory.clone() as Arc<dyn HostMemory>,
             Box::new(interrupts.clone()),
         );
+        let id = lock(&self.fabric).add_device(device);
         let space = AddressSpace {
             next_dma: DMA_BASE,
             next_user: USER_MEMORY_BASE,
@@ -178,15 +200,99 @@ impl EmbeddedDevice {
             allocations: HashMap::new(),
             registrations: HashMap::new(),
         };
-        Self {
+        EmbeddedDevice {
             shared: Arc::new(Shared {
                 config,
                 memory,
-                device: Mutex::new(device),
+                fabric: self.clone(),
+                id,
                 interrupts,
                 space: Mutex::new(space),
             }),
         }
+    }
+
+    /// Runs `f` on the fabric (devices, clock, capture, fault plan). Do not hold on to
+    /// anything a driver needs: every access of every NIC waits for `f`.
+    pub fn with_fabric<R>(&self, f: impl FnOnce(&mut Fabric) -> R) -> R {
+        f(&mut lock(&self.fabric))
+    }
+
+    /// The shared virtual time.
+    pub fn now(&self) -> Picoseconds {
+        lock(&self.fabric).now()
+    }
+
+    /// Lets `span` of virtual time pass, running everything due on the way.
+    pub fn advance(&self, span: Picoseconds) {
+        let mut fabric = lock(&self.fabric);
+        let target = fabric.now() + span;
+        fabric.advance_to(target);
+    }
+
+    /// Runs until nothing is pending or the next thing is after `now + limit` (timers
+    /// keep the wire busy forever while a QP waits for an answer); returns the time
+    /// reached.
+    pub fn run_until_idle(&self, limit: Picoseconds) -> Picoseconds {
+        let mut fabric = lock(&self.fabric);
+        let limit = fabric.now() + limit;
+        fabric.run_until_idle(limit)
+    }
+
+    /// What the wire did with the frames so far.
+    pub fn statistics(&self) -> FabricStatistics {
+        lock(&self.fabric).statistics()
+    }
+
+    /// Starts or stops recording every frame put on the wire.
+    pub fn set_capture(&self, on: bool) {
+        lock(&self.fabric).set_capture(on);
+    }
+
+    /// Takes the frames recorded so far, oldest first.
+    pub fn take_capture(&self) -> Vec<CapturedFrame> {
+        lock(&self.fabric).take_capture()
+    }
+
+    /// Number of NICs on the fabric.
+    pub fn nics(&self) -> usize {
+        lock(&self.fabric).devices()
+    }
+}
+
+struct Shared {
+    config: EmbeddedConfig,
+    memory: Arc<PagedMemory>,
+    fabric: EmbeddedFabric,
+    id: DeviceId,
+    interrupts: RecordingSink,
+    space: Mutex<AddressSpace>,
+}
+
+/// One NIC of an [`EmbeddedFabric`] behind [`DeviceAccess`]. Clones share the NIC.
+#[derive(Clone)]
+pub struct EmbeddedDevice {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for EmbeddedDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedDevice")
+            .field("mac", &self.shared.config.device.mac_address)
+            .field("id", &self.shared.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EmbeddedDevice {
+    /// A NIC with the default configuration, alone on a fabric of its own.
+    pub fn new() -> Self {
+        Self::with_config(EmbeddedConfig::default())
+    }
+
+    /// A NIC with `config`, alone on a fabric of its own.
+    pub fn with_config(config: EmbeddedConfig) -> Self {
+        EmbeddedFabric::default().add_nic_with_config(config)
     }
 
     /// The configuration this device was built with.
@@ -194,14 +300,25 @@ impl EmbeddedDevice {
         &self.shared.config
     }
 
-    /// Runs `f` on the model, for inspection (context tables, counters, diagnostics).
-    pub fn with_device<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
-        f(&mut lock(&self.shared.device))
+    /// The fabric the NIC is plugged into.
+    pub fn fabric(&self) -> &EmbeddedFabric {
+        &self.shared.fabric
     }
 
-    /// Current virtual time.
+    /// The NIC's place on its fabric.
+    pub fn device_id(&self) -> DeviceId {
+        self.shared.id
+    }
+
+    /// Runs `f` on the model, for inspection (context tables, counters, diagnostics).
+    /// Holds the whole fabric meanwhile.
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
+        f(lock(&self.shared.fabric.fabric).device_mut(self.shared.id))
+    }
+
+    /// Current virtual time (the fabric's).
     pub fn now(&self) -> Picoseconds {
-        lock(&self.shared.device).now()
+        self.shared.fabric.now()
     }
 
     /// The host memory the device sees.
@@ -224,10 +341,12 @@ impl EmbeddedDevice {
         self.shared.memory.mapped_frames()
     }
 
-    /// Advances virtual time by `span`, running every event due on the way.
-    fn advance(&self, device: &mut Device, span: Picoseconds) {
-        let target = device.now() + span;
-        device.advance_to(target);
+    /// Lets `span` pass on the fabric, then runs `f` on this NIC: one MMIO access.
+    fn access<R>(&self, span: Picoseconds, f: impl FnOnce(&mut Device) -> R) -> R {
+        let mut fabric = lock(&self.shared.fabric.fabric);
+        let target = fabric.now() + span;
+        fabric.advance_to(target);
+        f(fabric.device_mut(self.shared.id))
     }
 }
 
@@ -239,35 +358,35 @@ impl Default for EmbeddedDevice {
 
 impl DeviceAccess for EmbeddedDevice {
     fn config_read(&self, offset: u16, data: &mut [u8]) {
-        let mut device = lock(&self.shared.device);
-        self.advance(&mut device, self.shared.config.mmio_cost);
-        device.config_read(usize::from(offset), data);
+        self.access(self.shared.config.mmio_cost, |device| {
+            device.config_read(usize::from(offset), data)
+        });
     }
 
     fn config_write(&self, offset: u16, data: &[u8]) {
-        let mut device = lock(&self.shared.device);
-        self.advance(&mut device, self.shared.config.mmio_cost);
-        device.config_write(usize::from(offset), data);
+        self.access(self.shared.config.mmio_cost, |device| {
+            device.config_write(usize::from(offset), data)
+        });
     }
 
     fn mmio_read32(&self, bar: u8, offset: u64) -> u32 {
-        let mut device = lock(&self.shared.device);
-        self.advance(&mut device, self.shared.config.mmio_cost);
         let mut b = [0u8; 4];
-        device.bar_read(bar, offset, &mut b);
+        self.access(self.shared.config.mmio_cost, |device| {
+            device.bar_read(bar, offset, &mut b)
+        });
         u32::from_le_bytes(b)
     }
 
     fn mmio_write32(&self, bar: u8, offset: u64, value: u32) {
-        let mut device = lock(&self.shared.device);
-        self.advance(&mut device, self.shared.config.mmio_cost);
-        device.bar_write(bar, offset, &value.to_le_bytes());
+        self.access(self.shared.config.mmio_cost, |device| {
+            device.bar_write(bar, offset, &value.to_le_bytes())
+        });
     }
 
     fn mmio_write64(&self, bar: u8, offset: u64, value: u64) {
-        let mut device = lock(&self.shared.device);
-        self.advance(&mut device, self.shared.config.mmio_cost);
-        device.bar_write(bar, offset, &value.to_le_bytes());
+        self.access(self.shared.config.mmio_cost, |device| {
+            device.bar_write(bar, offset, &value.to_le_bytes())
+        });
     }
 
     fn allocate_dma(&self, size: usize, align: usize) -> Result<DmaBuffer, AccessError> {
@@ -410,8 +529,7 @@ impl DeviceAccess for EmbeddedDevice {
     }
 
     fn delay(&self, nanoseconds: u64) {
-        let mut device = lock(&self.shared.device);
-        self.advance(&mut device, Picoseconds::from_nanos(nanoseconds));
+        self.shared.fabric.advance(Picoseconds::from_nanos(nanoseconds));
     }
 
     fn poll_interrupts(&self) -> Vec<u16> {
@@ -419,22 +537,30 @@ impl DeviceAccess for EmbeddedDevice {
     }
 
     fn wait_interrupt(&self, timeout_ns: u64) -> Vec<u16> {
-        let mut device = lock(&self.shared.device);
-        let deadline = device.now() + Picoseconds::from_nanos(timeout_ns);
+        let mut fabric = lock(&self.shared.fabric.fabric);
+        let deadline = fabric.now() + Picoseconds::from_nanos(timeout_ns);
         loop {
             let fired = self.poll_interrupts();
             if !fired.is_empty() {
                 return fired;
             }
-            match device.next_event_time() {
-                Some(next) if next <= deadline => device.advance_to(next),
+            // Everything on the fabric runs, not only this NIC: its interrupt may wait
+            // for a frame from another one.
+            match fabric.next_event_time() {
+                Some(next) if next <= deadline => fabric.advance_to(next),
                 // Nothing due before the deadline (or nothing at all): the wait times out.
                 _ => {
-                    device.advance_to(deadline);
+                    fabric.advance_to(deadline);
                     return self.poll_interrupts();
                 }
             }
         }
+    }
+
+    /// One MMIO access's worth of virtual time: what reading an empty CQE costs the CPU
+    /// is of that order, and it keeps a spinning poller from stopping the clock.
+    fn idle(&self) {
+        self.shared.fabric.advance(self.shared.config.mmio_cost);
     }
 
     fn mac_address(&self) -> Option<[u8; 6]> {

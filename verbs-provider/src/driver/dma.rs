@@ -128,6 +128,9 @@ impl DeviceAccess for CountingAccess {
     fn wait_interrupt(&self, timeout_ns: u64) -> Vec<u16> {
         self.inner.wait_interrupt(timeout_ns)
     }
+    fn idle(&self) {
+        self.inner.idle()
+    }
     fn mac_address(&self) -> Option<[u8; 6]> {
         self.inner.mac_address()
     }

@@ -87,7 +87,7 @@ impl AhAttributes {
 
 /// An address handle.
 pub struct AddressHandle {
-    pd: Arc<PdInner>,
+    pub(crate) pd: Arc<PdInner>,
     attributes: AhAttributes,
 }
 

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::net::Ipv6Addr;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 
 use rnic_firmware_if::caps::CapFlags;
 use rnic_firmware_if::cmdq::GidType;
@@ -12,6 +12,8 @@ use rnic_firmware_if::context::Mtu;
 
 use super::error::{Result, VerbsError};
 use super::event::{AsyncEvent, ChannelInner};
+use super::mr::MrInner;
+use super::qp::QpInner;
 use crate::device_access::DeviceAccess;
 use crate::driver::bitmap::IndexAllocator;
 use crate::driver::dma::CountingAccess;
@@ -262,6 +264,8 @@ pub const PORT_IP_BASED_GIDS: u32 = 1 << 26;
 pub(crate) struct CqRoute {
     pub(crate) channel: Option<Weak<ChannelInner>>,
     pub(crate) notifications: Arc<std::sync::atomic::AtomicU32>,
+    /// Counted by the channel when it hands the event out.
+    pub(crate) events: Arc<super::cq::EventCounts>,
 }
 
 /// Object-number allocators.
@@ -294,7 +298,7 @@ impl ContextState {
                     Some(route) => {
                         route.notifications.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         if let Some(channel) = route.channel.as_ref().and_then(Weak::upgrade) {
-                            channel.push(cqn);
+                            channel.push(cqn, route.events.clone());
                         }
                     }
                     None => tracing::debug!(cqn, "completion event for an unknown CQ"),
@@ -320,6 +324,11 @@ impl ContextState {
 pub(crate) struct ContextInner {
     pub(crate) access: Arc<CountingAccess>,
     state: Mutex<ContextState>,
+    /// QPN → QP, for polling (rdma-core's `qp_table`). Apart from the context lock so the
+    /// data path never waits for a mailbox command. Weak: the QP handle owns the QP.
+    qps: RwLock<HashMap<u32, Weak<QpInner>>>,
+    /// Key → memory region, for the CPU copy of inline data.
+    mrs: RwLock<HashMap<u32, Weak<MrInner>>>,
     pub(crate) info: DeviceInfo,
     pub(crate) attributes: DeviceAttributes,
     pub(crate) completion_vectors: u32,
@@ -331,6 +340,52 @@ impl ContextInner {
         // state itself stays consistent enough to tear down, so keep going.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Makes a QP findable by number for [`ContextInner::find_qp`].
+    pub(crate) fn list_qp(&self, qp: &Arc<QpInner>) {
+        write(&self.qps).insert(qp.qpn, Arc::downgrade(qp));
+    }
+
+    /// Forgets QP `qpn` if the entry is `qp` (not a newer QP with a reused number).
+    pub(crate) fn unlist_qp(&self, qpn: u32, qp: &QpInner) {
+        let mut qps = write(&self.qps);
+        if qps.get(&qpn).is_some_and(|w| std::ptr::eq(w.as_ptr(), qp)) {
+            qps.remove(&qpn);
+        }
+    }
+
+    /// The live QP numbered `qpn`. Allocation-free: the poller calls it for every CQE of a
+    /// QP other than the previous CQE's.
+    pub(crate) fn find_qp(&self, qpn: u32) -> Option<Arc<QpInner>> {
+        read(&self.qps).get(&qpn).and_then(Weak::upgrade)
+    }
+
+    /// Makes a memory region findable by key for [`ContextInner::find_mr`].
+    pub(crate) fn list_mr(&self, key: u32, mr: &Arc<MrInner>) {
+        write(&self.mrs).insert(key, Arc::downgrade(mr));
+    }
+
+    /// Forgets key `key` if the entry is `mr`.
+    pub(crate) fn unlist_mr(&self, key: u32, mr: &MrInner) {
+        let mut mrs = write(&self.mrs);
+        if mrs.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), mr)) {
+            mrs.remove(&key);
+        }
+    }
+
+    /// The live memory region with key `key`.
+    pub(crate) fn find_mr(&self, key: u32) -> Option<Arc<MrInner>> {
+        read(&self.mrs).get(&key).and_then(Weak::upgrade)
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    // The tables are updated in one call each; a panic elsewhere leaves them whole.
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Drop for ContextInner {
@@ -394,6 +449,8 @@ impl Context {
                     cq_routes: HashMap::new(),
                     address_handles: 0,
                 }),
+                qps: RwLock::new(HashMap::new()),
+                mrs: RwLock::new(HashMap::new()),
                 info,
                 attributes,
                 completion_vectors,

@@ -32,15 +32,39 @@ const CI_MASK: u32 = 0xFF_FFFF;
 pub(crate) struct CqInner {
     pub(crate) context: Arc<ContextInner>,
     pub(crate) cqn: u32,
-    depth: u32,
-    cqe_size: usize,
+    pub(crate) depth: u32,
+    pub(crate) cqe_size: usize,
     comp_vector: u32,
     channel: Option<CompletionChannel>,
     /// CEQ events consumed for this CQ (the arm sequence number is `1 + this`, 2 bits).
     notifications: Arc<AtomicU32>,
-    consumer_index: AtomicU32,
+    /// Completion events handed out by the channel / acknowledged
+    /// (`ibv_get_cq_event` / `ibv_ack_cq_events`).
+    pub(crate) events: Arc<EventCounts>,
+    /// Mirror of the poller's consumer index, for arming without the poll lock.
+    pub(crate) consumer_index: AtomicU32,
+    /// The poller's state (rdma-core's CQ spinlock and `cons_index`).
+    pub(crate) poll: Mutex<PollState>,
+    /// Bus address of the CQE buffer (contiguous), cached for the data path; valid until
+    /// release, which waits for no poller because polling borrows the handle that
+    /// destroying consumes.
+    pub(crate) buffer_base: u64,
     released: AtomicBool,
     resources: Mutex<Option<(QueueBuffer, Mtr)>>,
+}
+
+/// What the poller keeps between calls.
+#[derive(Debug, Default)]
+pub(crate) struct PollState {
+    /// Consumer index, free-running (24 bits reach the device).
+    pub(crate) consumer_index: u32,
+}
+
+/// Completion-event accounting of one CQ.
+#[derive(Debug, Default)]
+pub(crate) struct EventCounts {
+    pub(crate) delivered: AtomicU32,
+    pub(crate) acknowledged: AtomicU32,
 }
 
 impl CqInner {
@@ -68,6 +92,22 @@ impl CqInner {
         }
         tracing::debug!(cqn = self.cqn, "CQ destroyed");
         result
+    }
+}
+
+impl CqInner {
+    pub(crate) fn poll(&self) -> std::sync::MutexGuard<'_, PollState> {
+        // A panic mid-poll leaves the consumer index at the last CQE consumed: still right.
+        self.poll.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Set-CI doorbell (hns §6.1 `CMD = 3`, 24-bit CI; no CQ record doorbell).
+    pub(crate) fn publish_consumer_index(&self, consumer_index: u32) {
+        self.consumer_index.store(consumer_index, Ordering::Release);
+        let doorbell = CqDoorbell::update(self.cqn, consumer_index & CI_MASK);
+        self.context
+            .access
+            .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
     }
 }
 
@@ -209,11 +249,13 @@ impl Context {
             return Err(VerbsError::mailbox("CREATE_CQC")(e));
         }
         let notifications = Arc::new(AtomicU32::new(0));
+        let events = Arc::new(EventCounts::default());
         state.cq_routes.insert(
             cqn,
             CqRoute {
                 channel: channel.map(|c| Arc::downgrade(&c.inner)),
                 notifications: notifications.clone(),
+                events: events.clone(),
             },
         );
         drop(state);
@@ -227,7 +269,10 @@ impl Context {
                 comp_vector,
                 channel: channel.cloned(),
                 notifications,
+                events,
                 consumer_index: AtomicU32::new(0),
+                poll: Mutex::new(PollState::default()),
+                buffer_base: buffer.address(),
                 released: AtomicBool::new(false),
                 resources: Mutex::new(Some((buffer, mtr))),
             }),
@@ -270,10 +315,12 @@ impl CompletionQueue {
     }
 
     /// `ibv_req_notify_cq`: arms the CQ so the next completion (`solicited_only`: the
-    /// next solicited one) posts a completion event.
+    /// next solicited one, or an error) posts a completion event. The arm carries the
+    /// consumer index the poller has published, so completions already written but not
+    /// yet polled raise the event at once (for a next-completion arm), as hardware does.
     pub fn req_notify(&self, solicited_only: bool) {
         let sequence = (1 + self.inner.notifications.load(Ordering::Relaxed)) & 3;
-        let ci = self.inner.consumer_index.load(Ordering::Relaxed) & CI_MASK;
+        let ci = self.inner.consumer_index.load(Ordering::Acquire) & CI_MASK;
         let doorbell = CqDoorbell::arm(self.inner.cqn, ci, sequence as u8, solicited_only);
         self.inner
             .context
@@ -281,15 +328,29 @@ impl CompletionQueue {
             .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
     }
 
-    /// Publishes the consumer index with the set-CI doorbell (the data path calls this
-    /// after polling).
+    /// Publishes `consumer_index` with the set-CI doorbell and takes it as the poller's
+    /// consumer index: for tests of the device. [`CompletionQueue::poll`] publishes its
+    /// own.
     pub fn update_consumer_index(&self, consumer_index: u32) {
-        self.inner.consumer_index.store(consumer_index, Ordering::Relaxed);
-        let doorbell = CqDoorbell::update(self.inner.cqn, consumer_index & CI_MASK);
-        self.inner
-            .context
-            .access
-            .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
+        self.inner.poll().consumer_index = consumer_index;
+        self.inner.publish_consumer_index(consumer_index);
+    }
+
+    /// `ibv_ack_cq_events`: acknowledges `nevents` completion events of this CQ returned
+    /// by its channel. A CQ with unacknowledged events cannot be destroyed.
+    pub fn ack_events(&self, nevents: u32) {
+        self.inner.events.acknowledged.fetch_add(nevents, Ordering::AcqRel);
+    }
+
+    /// Completion events returned by the channel for this CQ so far
+    /// (`comp_events_completed` counts the acknowledged ones).
+    pub fn events_delivered(&self) -> u32 {
+        self.inner.events.delivered.load(Ordering::Acquire)
+    }
+
+    /// The poller's consumer index (free-running).
+    pub fn consumer_index(&self) -> u32 {
+        self.inner.poll().consumer_index
     }
 
     /// The CQ context as the device holds it (`QUERY_CQC`).
@@ -329,6 +390,20 @@ impl CompletionQueue {
         if Arc::strong_count(&self.inner) > 1 {
             let cqn = self.inner.cqn;
             return Err(DestroyError::busy(self, format!("CQ {cqn} is used by QPs")));
+        }
+        let delivered = self.inner.events.delivered.load(Ordering::Acquire);
+        let acknowledged = self.inner.events.acknowledged.load(Ordering::Acquire);
+        if acknowledged < delivered {
+            // ibverbs blocks in ibv_destroy_cq until every event is acknowledged; without
+            // threads to wait for, refusing is the equivalent.
+            let cqn = self.inner.cqn;
+            return Err(DestroyError::busy(
+                self,
+                format!(
+                    "CQ {cqn} has {} unacknowledged completion events",
+                    delivered - acknowledged
+                ),
+            ));
         }
         self.inner.release().map_err(DestroyError::gone)
     }

@@ -95,6 +95,18 @@ pub enum VerbsError {
     /// Opening the device failed.
     #[error("device bring-up: {0}")]
     BringUp(#[source] DriverError),
+    /// Something awaited from the device did not happen in time (`ETIMEDOUT`).
+    #[error("timed out: {0}")]
+    TimedOut(String),
+    /// A work request completed with an error status (`EIO`), for helpers that wait for
+    /// completions on the caller's behalf.
+    #[error("work request {wr_id:#x} completed with {status:?}")]
+    Completion {
+        /// The work request.
+        wr_id: u64,
+        /// Its status.
+        status: super::wr::WcStatus,
+    },
 }
 
 impl VerbsError {
@@ -123,6 +135,8 @@ impl VerbsError {
                 AccessError::Unmapped { .. } | AccessError::UnknownHandle { .. } => EFAULT,
             },
             Self::BringUp(_) => EIO,
+            Self::TimedOut(_) => ETIMEDOUT,
+            Self::Completion { .. } => EIO,
         }
     }
 

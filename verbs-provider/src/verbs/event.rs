@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use rnic_firmware_if::event::{AsyncEventType, EventObject};
 
 use super::context::{Context, ContextInner};
+use super::cq::EventCounts;
 use crate::device_access::DeviceAccess;
 
 /// `ibv_event_type`, for the events this device raises.
@@ -126,16 +127,24 @@ pub struct CqEvent {
 
 pub(crate) struct ChannelInner {
     pub(crate) context: Arc<ContextInner>,
-    events: Mutex<VecDeque<u32>>,
+    /// Pending events: the CQ and its event counters.
+    events: Mutex<VecDeque<(u32, Arc<EventCounts>)>>,
 }
 
 impl ChannelInner {
-    pub(crate) fn push(&self, cqn: u32) {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).push_back(cqn);
+    pub(crate) fn push(&self, cqn: u32, counts: Arc<EventCounts>) {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back((cqn, counts));
     }
 
+    /// The oldest event, counted as delivered to its CQ (what `ibv_ack_cq_events` must
+    /// balance).
     fn pop(&self) -> Option<u32> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+        let (cqn, counts) = self.events.lock().unwrap_or_else(|e| e.into_inner()).pop_front()?;
+        counts.delivered.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Some(cqn)
     }
 }
 
@@ -167,7 +176,9 @@ impl Context {
 
 impl CompletionChannel {
     /// `ibv_get_cq_event` without blocking: processes pending EQ entries and returns the
-    /// oldest completion event of this channel.
+    /// oldest completion event of this channel. Every event returned must be acknowledged
+    /// with [`CompletionQueue::ack_events`](super::cq::CompletionQueue::ack_events)
+    /// before its CQ can be destroyed; the CQ must be re-armed for the next one.
     pub fn get_cq_event(&self) -> Option<CqEvent> {
         if let Some(cqn) = self.inner.pop() {
             return Some(CqEvent { cq_number: cqn });

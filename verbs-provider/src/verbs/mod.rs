@@ -12,7 +12,9 @@
 //! | `ibv_create_qp` / `ibv_modify_qp` / `ibv_query_qp` / `ibv_destroy_qp` | [`ProtectionDomain::create_qp`], [`QueuePair::modify`], [`QueuePair::query`], [`QueuePair::destroy`] |
 //! | `ibv_create_ah` / `ibv_destroy_ah` | [`ProtectionDomain::create_ah`], [`AddressHandle::destroy`] |
 //! | `ibv_get_async_event` | [`Context::get_async_event`] |
-//! | `ibv_get_cq_event` | [`CompletionChannel::get_cq_event`] |
+//! | `ibv_get_cq_event` / `ibv_ack_cq_events` | [`CompletionChannel::get_cq_event`], [`CompletionQueue::ack_events`] |
+//! | `ibv_post_send` / `ibv_post_recv` / `ibv_post_srq_recv` | [`QueuePair::post_send`], [`QueuePair::post_recv`], [`SharedReceiveQueue::post_srq_recv`] |
+//! | `ibv_poll_cq` | [`CompletionQueue::poll`] |
 //!
 //! Lifetimes follow Rust ownership: every object keeps what it depends on alive (a QP
 //! its PD, CQs and SRQ; everything its context). Explicit destroys report errors and
@@ -26,8 +28,11 @@ pub mod error;
 pub mod event;
 pub mod mr;
 pub mod pd;
+mod poll;
+mod post;
 pub mod qp;
 pub mod srq;
+pub mod wr;
 
 pub use ah::{AddressHandle, AhAttributes};
 pub use context::{
@@ -44,3 +49,7 @@ pub use qp::{
 };
 pub use rnic_firmware_if::context::Mtu;
 pub use srq::{SharedReceiveQueue, SrqAttributeMask, SrqAttributes};
+pub use wr::{
+    AtomicFields, PostError, PostErrorKind, RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, UdFields,
+    WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};

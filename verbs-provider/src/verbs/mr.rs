@@ -93,6 +93,7 @@ impl MrInner {
         }
         let context = &self.pd.context;
         let mut result = Ok(());
+        context.unlist_mr(self.key, self);
         {
             let mut state = context.lock();
             if let Err(e) = state.driver.mailbox_plain(MailboxOpcode::DestroyMpt, self.index) {
@@ -116,6 +117,36 @@ impl MrInner {
         }
         tracing::debug!(index = self.index, "MR deregistered");
         (result, bytes)
+    }
+}
+
+impl MrInner {
+    /// CPU read of `out.len()` bytes at iova `address` of the region, page by page
+    /// through its (possibly scattered) pages. False when the range is not inside the
+    /// region or the memory is gone.
+    pub(crate) fn cpu_read(&self, address: u64, out: &mut [u8]) -> bool {
+        let Some(offset) = address.checked_sub(self.iova) else {
+            return false;
+        };
+        if !matches!(offset.checked_add(out.len() as u64), Some(end) if end <= self.length) {
+            return false;
+        }
+        let access = &*self.pd.context.access;
+        let mut done = 0usize;
+        while done < out.len() {
+            let at = offset + done as u64;
+            let in_page = (at % PAGE_SIZE) as usize;
+            let chunk = (PAGE_SIZE as usize - in_page).min(out.len() - done);
+            let page = self.pages[(at >> MIN_PAGE_SHIFT) as usize];
+            if access
+                .dma_read(page + in_page as u64, &mut out[done..done + chunk])
+                .is_err()
+            {
+                return false;
+            }
+            done += chunk;
+        }
+        true
     }
 }
 
@@ -308,21 +339,21 @@ impl ProtectionDomain {
             hop,
             "MR registered"
         );
-        Ok(MemoryRegion {
-            inner: Arc::new(MrInner {
-                pd: self.inner.clone(),
-                index,
-                key,
-                iova,
-                length,
-                access,
-                pages,
-                page_shift,
-                hop,
-                released: AtomicBool::new(false),
-                resources: Mutex::new(Some((memory, mtr))),
-            }),
-        })
+        let inner = Arc::new(MrInner {
+            pd: self.inner.clone(),
+            index,
+            key,
+            iova,
+            length,
+            access,
+            pages,
+            page_shift,
+            hop,
+            released: AtomicBool::new(false),
+            resources: Mutex::new(Some((memory, mtr))),
+        });
+        context.list_mr(key, &inner);
+        Ok(MemoryRegion { inner })
     }
 }
 

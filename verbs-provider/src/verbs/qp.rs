@@ -11,7 +11,7 @@
 //! [`MailboxCompletion::InvalidState`]: rnic_firmware_if::mailbox::MailboxCompletion::InvalidState
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_firmware_if::bits::{Field, Layout};
@@ -310,6 +310,9 @@ struct QpGeometry {
     rq_wqe_shift: u32,
     uses_srq: bool,
     cap: QpCapabilities,
+    /// Extended SGE slots per WQE (hns §14: SGEs beyond those in the WQE, or the slots
+    /// of the largest inline payload).
+    ext_sge_per_wqe: u32,
 }
 
 impl QpGeometry {
@@ -342,14 +345,19 @@ impl QpGeometry {
 
 /// Software copy of what the driver set (hns keeps the same in `hns_roce_qp`).
 #[derive(Debug, Clone, Copy)]
-struct QpSoftState {
-    state: QpState,
+pub(crate) struct QpSoftState {
+    pub(crate) state: QpState,
     access_flags: AccessFlags,
     responder_resources: u8,
     dest_qp_num: u32,
-    service_level: u8,
+    pub(crate) service_level: u8,
     pkey_index: u16,
     port_num: u8,
+    /// Q_Key, substituted for a UD work request's Q_Key with bit 31 set (rdma-core does
+    /// this in software too).
+    pub(crate) qkey: u32,
+    /// Path MTU in bytes, the second limit on inline data (hns `check_inl_data_len`).
+    pub(crate) path_mtu: u32,
 }
 
 struct QpBuffers {
@@ -357,26 +365,103 @@ struct QpBuffers {
     mtr: Mtr,
 }
 
+/// Send-queue bookkeeping of the data path (rdma-core `hns_roce_wq` plus `next_sge`).
+/// Indices run freely; a ring slot is `index & (depth − 1)`.
+#[derive(Debug)]
+pub(crate) struct SendQueue {
+    /// WQEs posted.
+    pub(crate) head: u32,
+    /// WQEs completed and polled (advanced past unsignaled WQEs by the next CQE).
+    pub(crate) tail: u32,
+    /// Next free extended-SGE slot.
+    pub(crate) next_sge: u32,
+    /// `wr_id` of the WQE in each slot.
+    pub(crate) wrid: Box<[u64]>,
+}
+
+/// Receive-queue bookkeeping of the data path.
+#[derive(Debug)]
+pub(crate) struct RecvQueue {
+    /// WQEs posted.
+    pub(crate) head: u32,
+    /// WQEs completed and polled (receive WQEs complete in order).
+    pub(crate) tail: u32,
+    /// `wr_id` of the WQE in each slot.
+    pub(crate) wrid: Box<[u64]>,
+}
+
 pub(crate) struct QpInner {
-    pd: Arc<PdInner>,
-    send_cq: Arc<CqInner>,
-    recv_cq: Arc<CqInner>,
-    srq: Option<Arc<SrqInner>>,
-    qpn: u32,
-    qp_type: QpType,
-    sq_sig_all: bool,
+    pub(crate) pd: Arc<PdInner>,
+    pub(crate) send_cq: Arc<CqInner>,
+    pub(crate) recv_cq: Arc<CqInner>,
+    pub(crate) srq: Option<Arc<SrqInner>>,
+    pub(crate) qpn: u32,
+    pub(crate) qp_type: QpType,
+    pub(crate) sq_sig_all: bool,
     geometry: QpGeometry,
-    info: QpBufferInfo,
+    pub(crate) info: QpBufferInfo,
+    /// Bus address of the QP buffer (contiguous), cached so the data path does not take
+    /// the `buffers` lock. Valid until release, which the data path cannot race: posting
+    /// borrows the [`QueuePair`] that destroying consumes.
+    pub(crate) buffer_base: u64,
     soft: Mutex<QpSoftState>,
-    sq_head: AtomicU32,
-    rq_head: AtomicU32,
-    released: AtomicBool,
+    /// Lock order: `soft`, then `sq`, then `rq`, then the context lock. Pollers take `sq`
+    /// or `rq` under a CQ lock and never the others.
+    pub(crate) sq: Mutex<SendQueue>,
+    pub(crate) rq: Mutex<RecvQueue>,
+    pub(crate) released: AtomicBool,
     buffers: Mutex<Option<QpBuffers>>,
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Poisoning would only mean another thread panicked mid-post; the indices it left are
+    // still the best information there is.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl QpInner {
-    fn soft(&self) -> MutexGuard<'_, QpSoftState> {
-        self.soft.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn soft(&self) -> MutexGuard<'_, QpSoftState> {
+        lock(&self.soft)
+    }
+
+    pub(crate) fn sq(&self) -> MutexGuard<'_, SendQueue> {
+        lock(&self.sq)
+    }
+
+    pub(crate) fn rq(&self) -> MutexGuard<'_, RecvQueue> {
+        lock(&self.rq)
+    }
+
+    /// Actual capabilities.
+    pub(crate) fn cap(&self) -> QpCapabilities {
+        self.geometry.cap
+    }
+
+    /// Extended SGE slots one WQE may use (hns `sq.ext_sge_cnt`).
+    pub(crate) fn ext_sge_per_wqe(&self) -> u32 {
+        self.geometry.ext_sge_per_wqe
+    }
+
+    /// Removes this QP's completions from its CQs (hns `__hns_roce_v2_cq_clean`), as at
+    /// a move to RESET and at destroy, so a later poll does not meet CQEs of a QP that no
+    /// longer has them outstanding.
+    fn clean_cqs(&self) {
+        self.recv_cq.clean(self.qpn, self.srq.as_deref());
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.send_cq.clean(self.qpn, None);
+        }
+    }
+
+    /// Forgets every outstanding WQE (hns `hns_roce_init_qp_indices`).
+    fn reset_indices(&self) {
+        let mut sq = self.sq();
+        sq.head = 0;
+        sq.tail = 0;
+        sq.next_sge = 0;
+        drop(sq);
+        let mut rq = self.rq();
+        rq.head = 0;
+        rq.tail = 0;
     }
 
     fn release(&self) -> Result<()> {
@@ -386,26 +471,31 @@ impl QpInner {
         let context = &self.pd.context;
         let mut result = Ok(());
         let state = self.soft().state;
+        if state != QpState::Reset {
+            let mut modify = QpcModify::new(false);
+            modify.set(Qpc::QP_ST, HardwareQpState::Reset as u64);
+            if let Err(e) =
+                context
+                    .lock()
+                    .driver
+                    .mailbox_with_input(MailboxOpcode::ModifyQpc, self.qpn, &modify.into_bytes())
+            {
+                tracing::error!(qpn = self.qpn, %e, "modify to RESET at destroy failed");
+                result = Err(VerbsError::mailbox("MODIFY_QPC to RESET")(e));
+            }
+        }
+        // Unlist before the number is freed, so a new QP with the same number is never
+        // removed instead, and clean the CQs before a new QP could complete into them.
+        context.unlist_qp(self.qpn, self);
+        self.clean_cqs();
         {
             let mut locked = context.lock();
-            if state != QpState::Reset {
-                let mut modify = QpcModify::new(false);
-                modify.set(Qpc::QP_ST, HardwareQpState::Reset as u64);
-                if let Err(e) =
-                    locked
-                        .driver
-                        .mailbox_with_input(MailboxOpcode::ModifyQpc, self.qpn, &modify.into_bytes())
-                {
-                    tracing::error!(qpn = self.qpn, %e, "modify to RESET at destroy failed");
-                    result = Err(VerbsError::mailbox("MODIFY_QPC to RESET")(e));
-                }
-            }
             if let Err(e) = locked.driver.context_put(ContextTable::Qpc, self.qpn) {
                 result = result.and(Err(VerbsError::context_table("release QPC entry")(e)));
             }
             locked.allocators.qps.free(self.qpn);
         }
-        if let Some(buffers) = self.buffers.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(buffers) = lock(&self.buffers).take() {
             let access: &dyn DeviceAccess = &*context.access;
             buffers.mtr.release(access);
             buffers.buffer.release(access);
@@ -415,15 +505,18 @@ impl QpInner {
     }
 }
 
-impl Drop for QpInner {
-    fn drop(&mut self) {
-        let _ = self.release();
-    }
+/// A queue pair. Dropping it destroys it (best effort).
+pub struct QueuePair {
+    pub(crate) inner: Arc<QpInner>,
 }
 
-/// A queue pair.
-pub struct QueuePair {
-    inner: Arc<QpInner>,
+// Destruction hangs off the handle, not off `QpInner`: a poller may hold the last
+// reference to a `QpInner` (looked up by QPN) while holding a CQ lock, and releasing there
+// would clean that CQ and deadlock.
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let _ = self.inner.release();
+    }
 }
 
 impl fmt::Debug for QueuePair {
@@ -594,6 +687,7 @@ fn geometry(
         rq_wqe_shift: rq_max_sge.trailing_zeros(),
         uses_srq,
         cap: actual,
+        ext_sge_per_wqe: per_wqe,
     })
 }
 
@@ -675,32 +769,49 @@ impl ProtectionDomain {
             region_hops: hops,
         };
         tracing::debug!(qpn, qp_type = ?attributes.qp_type, ?info, "QP created");
-        Ok(QueuePair {
-            inner: Arc::new(QpInner {
-                pd: self.inner.clone(),
-                send_cq: attributes.send_cq.inner.clone(),
-                recv_cq: attributes.recv_cq.inner.clone(),
-                srq: attributes.srq.map(|s| s.inner.clone()),
-                qpn,
-                qp_type: attributes.qp_type,
-                sq_sig_all: attributes.sq_sig_all,
-                geometry,
-                info,
-                soft: Mutex::new(QpSoftState {
-                    state: QpState::Reset,
-                    access_flags: AccessFlags::empty(),
-                    responder_resources: 0,
-                    dest_qp_num: 0,
-                    service_level: 0,
-                    pkey_index: 0,
-                    port_num: 1,
-                }),
-                sq_head: AtomicU32::new(0),
-                rq_head: AtomicU32::new(0),
-                released: AtomicBool::new(false),
-                buffers: Mutex::new(Some(QpBuffers { buffer, mtr })),
+        let buffer_base = buffer.address();
+        let inner = Arc::new(QpInner {
+            pd: self.inner.clone(),
+            send_cq: attributes.send_cq.inner.clone(),
+            recv_cq: attributes.recv_cq.inner.clone(),
+            srq: attributes.srq.map(|s| s.inner.clone()),
+            qpn,
+            qp_type: attributes.qp_type,
+            sq_sig_all: attributes.sq_sig_all,
+            geometry,
+            info,
+            buffer_base,
+            soft: Mutex::new(QpSoftState {
+                state: QpState::Reset,
+                access_flags: AccessFlags::empty(),
+                responder_resources: 0,
+                dest_qp_num: 0,
+                service_level: 0,
+                pkey_index: 0,
+                port_num: 1,
+                qkey: 0,
+                path_mtu: if attributes.qp_type == QpType::Ud {
+                    4096
+                } else {
+                    Mtu::Mtu1024.bytes()
+                },
             }),
-        })
+            sq: Mutex::new(SendQueue {
+                head: 0,
+                tail: 0,
+                next_sge: 0,
+                wrid: vec![0; info.sq_depth as usize].into_boxed_slice(),
+            }),
+            rq: Mutex::new(RecvQueue {
+                head: 0,
+                tail: 0,
+                wrid: vec![0; info.rq_depth as usize].into_boxed_slice(),
+            }),
+            released: AtomicBool::new(false),
+            buffers: Mutex::new(Some(QpBuffers { buffer, mtr })),
+        });
+        context.list_qp(&inner);
+        Ok(QueuePair { inner })
     }
 }
 
@@ -751,10 +862,9 @@ impl QueuePair {
     }
 
     fn buffer_address(&self, region: usize, offset: u64) -> Option<u64> {
-        let buffers = self.inner.buffers.lock().unwrap_or_else(|e| e.into_inner());
-        buffers
-            .as_ref()
-            .map(|b| b.buffer.address() + self.inner.info.region_offsets[region] + offset)
+        let inner = &self.inner;
+        (!inner.released.load(Ordering::Acquire))
+            .then(|| inner.buffer_base + inner.info.region_offsets[region] + offset)
     }
 
     /// Bus address of SQ WQE `index` (modulo the depth).
@@ -779,28 +889,24 @@ impl QueuePair {
             .flatten()
     }
 
-    /// Rings the SQ doorbell: the device may fetch WQEs up to `producer_index`
-    /// (free-running, 16 bits). The data path calls this after writing WQEs.
-    pub fn ring_sq_doorbell(&self, producer_index: u16) {
-        self.inner.sq_head.store(u32::from(producer_index), Ordering::Relaxed);
-        let service_level = self.inner.soft().service_level;
-        let doorbell = Doorbell::sq(self.inner.qpn, producer_index, service_level);
-        self.inner
-            .pd
-            .context
-            .access
-            .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
+    /// Producer indices of the SQ and RQ (WQEs posted, free-running).
+    pub fn heads(&self) -> (u32, u32) {
+        (self.inner.sq().head, self.inner.rq().head)
     }
 
-    /// Rings the RQ doorbell with producer index `producer_index`.
-    pub fn ring_rq_doorbell(&self, producer_index: u16) {
-        self.inner.rq_head.store(u32::from(producer_index), Ordering::Relaxed);
-        let doorbell = Doorbell::rq(self.inner.qpn, producer_index);
+    /// Rings the SQ doorbell with `producer_index` without writing WQEs, and takes it as
+    /// the SQ head: for tests of the device. [`QueuePair::post_send`] rings it itself.
+    pub fn ring_sq_doorbell(&self, producer_index: u16) {
+        self.inner.sq().head = u32::from(producer_index);
         self.inner
-            .pd
-            .context
-            .access
-            .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
+            .ring_sq_doorbell(producer_index, self.inner.soft().service_level);
+    }
+
+    /// Rings the RQ doorbell with `producer_index` without writing WQEs, and takes it as
+    /// the RQ head: for tests of the device. [`QueuePair::post_recv`] rings it itself.
+    pub fn ring_rq_doorbell(&self, producer_index: u16) {
+        self.inner.rq().head = u32::from(producer_index);
+        self.inner.ring_rq_doorbell(producer_index);
     }
 
     /// `ibv_modify_qp`.
@@ -811,350 +917,7 @@ impl QueuePair {
     /// range; [`VerbsError::Mailbox`] when the device refuses (an illegal transition is
     /// [`MailboxCompletion::InvalidState`](rnic_firmware_if::mailbox::MailboxCompletion::InvalidState)).
     pub fn modify(&self, attr: &QpAttributes, mask: QpAttributeMask) -> Result<()> {
-        let unsupported = QpAttributeMask::ALT_PATH
-            | QpAttributeMask::PATH_MIG_STATE
-            | QpAttributeMask::CAP
-            | QpAttributeMask::RATE_LIMIT
-            | QpAttributeMask::EN_SQD_ASYNC_NOTIFY;
-        if mask.intersects(unsupported) {
-            return Err(VerbsError::NotSupported(format!(
-                "QP attributes {:?}",
-                mask & unsupported
-            )));
-        }
-        let inner = &self.inner;
-        let context = &inner.pd.context;
-        // Held for the whole modify: concurrent modifies of one QP are serialised, as the
-        // kernel does with its QP mutex. Lock order: QP state, then context.
-        let mut guard = inner.soft();
-        let mut soft = *guard;
-        let current = if mask.contains(QpAttributeMask::CUR_STATE) {
-            attr.cur_qp_state
-        } else {
-            soft.state
-        };
-        let new = if mask.contains(QpAttributeMask::STATE) {
-            attr.qp_state
-        } else {
-            current
-        };
-        if current == QpState::Reset && new == QpState::Reset {
-            // hns: nothing to tell the device.
-            return Ok(());
-        }
-        self.validate(attr, mask)?;
-
-        let mut modify = QpcModify::new(current == QpState::Reset && new == QpState::Init);
-        modify.set(Qpc::QP_ST, HardwareQpState::from(new) as u64);
-        match (current, new) {
-            (QpState::Reset, QpState::Init) => self.reset_to_init(&mut modify),
-            (QpState::Init, QpState::Init) => self.init_fields(&mut modify),
-            (QpState::Init, QpState::Rtr) => self.init_to_rtr(&mut modify, attr, mask),
-            (QpState::Rtr, QpState::Rts) => self.rtr_to_rts(&mut modify),
-            _ => {}
-        }
-        if new == QpState::Err {
-            // Bound the flush: every WQE up to the heads completes with WR_FLUSH_ERR.
-            modify.set(
-                Qpc::SQ_PRODUCER_IDX,
-                u64::from(inner.sq_head.load(Ordering::Relaxed) & 0xFFFF),
-            );
-            modify.set(
-                Qpc::RQ_PRODUCER_IDX,
-                u64::from(inner.rq_head.load(Ordering::Relaxed) & 0xFFFF),
-            );
-        }
-        self.optional_fields(&mut modify, attr, mask, &mut soft);
-
-        context
-            .lock()
-            .driver
-            .mailbox_with_input(MailboxOpcode::ModifyQpc, inner.qpn, &modify.into_bytes())
-            .map_err(VerbsError::mailbox("MODIFY_QPC"))?;
-        soft.state = new;
-        if new == QpState::Reset {
-            inner.sq_head.store(0, Ordering::Relaxed);
-            inner.rq_head.store(0, Ordering::Relaxed);
-        }
-        *guard = soft;
-        tracing::debug!(qpn = inner.qpn, from = ?current, to = ?new, "QP modified");
-        Ok(())
-    }
-
-    fn validate(&self, attr: &QpAttributes, mask: QpAttributeMask) -> Result<()> {
-        let context = &self.inner.pd.context;
-        let caps = &context.info.caps;
-        let invalid = |what: String| Err(VerbsError::InvalidArgument(what));
-        if mask.contains(QpAttributeMask::PORT) {
-            check_port(attr.port_num)?;
-        }
-        if mask.contains(QpAttributeMask::PKEY_INDEX) && attr.pkey_index != 0 {
-            return invalid(format!("P_Key index {}: the table has one entry", attr.pkey_index));
-        }
-        if mask.contains(QpAttributeMask::PATH_MTU) {
-            let port_mtu = Mtu::try_from(caps.max_mtu).unwrap_or(Mtu::Mtu4096);
-            if attr.path_mtu.bytes() > port_mtu.bytes() {
-                return invalid(format!(
-                    "path MTU {} above the port's {}",
-                    attr.path_mtu.bytes(),
-                    port_mtu.bytes()
-                ));
-            }
-        }
-        let max_reads = caps.max_outstanding_reads.max(1);
-        if mask.contains(QpAttributeMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > max_reads {
-            return invalid(format!("max_rd_atomic {} above {max_reads}", attr.max_rd_atomic));
-        }
-        if mask.contains(QpAttributeMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > max_reads {
-            return invalid(format!(
-                "max_dest_rd_atomic {} above {max_reads}",
-                attr.max_dest_rd_atomic
-            ));
-        }
-        if mask.contains(QpAttributeMask::TIMEOUT) && attr.timeout > 31 {
-            return invalid(format!("timeout {} above 31", attr.timeout));
-        }
-        if mask.contains(QpAttributeMask::RETRY_CNT) && attr.retry_cnt > 7 {
-            return invalid(format!("retry_cnt {} above 7", attr.retry_cnt));
-        }
-        if mask.contains(QpAttributeMask::RNR_RETRY) && attr.rnr_retry > 7 {
-            return invalid(format!("rnr_retry {} above 7", attr.rnr_retry));
-        }
-        if mask.contains(QpAttributeMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
-            return invalid(format!("min_rnr_timer {} above 31", attr.min_rnr_timer));
-        }
-        if mask.contains(QpAttributeMask::DEST_QPN) && attr.dest_qp_num > PSN_MASK {
-            return invalid(format!("dest_qp_num {:#x} wider than 24 bits", attr.dest_qp_num));
-        }
-        if mask.contains(QpAttributeMask::SQ_PSN) && attr.sq_psn > PSN_MASK {
-            return invalid(format!("sq_psn {:#x} wider than 24 bits", attr.sq_psn));
-        }
-        if mask.contains(QpAttributeMask::RQ_PSN) && attr.rq_psn > PSN_MASK {
-            return invalid(format!("rq_psn {:#x} wider than 24 bits", attr.rq_psn));
-        }
-        if mask.contains(QpAttributeMask::AV) {
-            attr.ah_attr.validated(context.info.gids.len())?;
-        }
-        Ok(())
-    }
-
-    /// RESET→INIT (hns `modify_qp_reset_to_init`): service type, PD, ring shifts, CQs,
-    /// SRQ, and the buffer (hns writes it at INIT→RTR; writing it here as well costs
-    /// nothing and lets the device see the rings from INIT on).
-    fn reset_to_init(&self, m: &mut QpcModify) {
-        let inner = &self.inner;
-        let g = &inner.geometry;
-        self.init_fields(m);
-        m.set(Qpc::RQWS, u64::from(g.rq_wqe_shift));
-        m.set(Qpc::SGE_SHIFT, u64::from(g.sge_shift));
-        m.set(Qpc::SQ_SHIFT, u64::from(g.sq_shift));
-        m.set(Qpc::RQ_SHIFT, u64::from(g.rq_shift));
-        m.set(Qpc::VLAN_ID, 0xFFF);
-        m.set_bool(Qpc::FRE, true);
-        m.set_bool(Qpc::SIG_TYPE, !inner.sq_sig_all);
-        self.buffer_fields(m);
-    }
-
-    /// Fields rewritten by RESET→INIT and INIT→INIT.
-    fn init_fields(&self, m: &mut QpcModify) {
-        let inner = &self.inner;
-        m.set(Qpc::TST, inner.qp_type.service_type() as u64);
-        m.set(Qpc::PD, u64::from(inner.pd.pdn));
-        m.set(Qpc::RX_CQN, u64::from(inner.recv_cq.cqn));
-        m.set(Qpc::TX_CQN, u64::from(inner.send_cq.cqn));
-        match &inner.srq {
-            Some(srq) => {
-                m.set_bool(Qpc::SRQ_EN, true);
-                m.set(Qpc::SRQN, u64::from(srq.srqn));
-                m.set_bool(Qpc::INV_CREDIT, true);
-            }
-            None => {
-                m.set_bool(Qpc::SRQ_EN, false);
-                m.set(Qpc::SRQN, 0);
-            }
-        }
-    }
-
-    /// The QP buffer's MTR and the RQ's first pages.
-    fn buffer_fields(&self, m: &mut QpcModify) {
-        let inner = &self.inner;
-        let buffers = inner.buffers.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(buffers) = buffers.as_ref() else {
-            return;
-        };
-        let mtr = &buffers.mtr;
-        let hops = inner.info.region_hops;
-        m.set(Qpc::WQE_SGE_BA, mtr.root() >> 3);
-        m.set(Qpc::SQ_HOP_NUM, u64::from(hops[0]));
-        m.set(Qpc::SGE_HOP_NUM, u64::from(hops[1]));
-        m.set(Qpc::RQ_HOP_NUM, u64::from(hops[2]));
-        m.set(Qpc::WQE_SGE_BA_PG_SZ, u64::from(mtr.ba_page_size_field()));
-        m.set(Qpc::WQE_SGE_BUF_PG_SZ, u64::from(mtr.buffer_page_size_field()));
-        if inner.info.rq_depth > 0 {
-            let rq = buffers.buffer.address() + inner.info.region_offsets[2];
-            let rq_pages = inner.info.region_pages[2];
-            m.set(Qpc::RQ_CUR_BLK_ADDR, rq >> 12);
-            let next = if rq_pages > 1 { rq + PAGE_SIZE } else { 0 };
-            m.set(Qpc::RQ_NXT_BLK_ADDR, next >> 12);
-        }
-    }
-
-    /// INIT→RTR (hns `modify_qp_init_to_rtr`): the buffer, end-to-end credits, signal
-    /// type, MTU and the long-message parameters, and clears of the responder state.
-    fn init_to_rtr(&self, m: &mut QpcModify, attr: &QpAttributes, mask: QpAttributeMask) {
-        let inner = &self.inner;
-        self.buffer_fields(m);
-        m.set_bool(Qpc::RMT_E2E, true);
-        m.set_bool(Qpc::SIG_TYPE, !inner.sq_sig_all);
-        let mtu = if inner.qp_type == QpType::Ud {
-            // hns: UD and GSI QPs always use the largest MTU.
-            Some(Mtu::Mtu4096)
-        } else if mask.contains(QpAttributeMask::PATH_MTU) {
-            Some(attr.path_mtu)
-        } else {
-            None
-        };
-        if let Some(mtu) = mtu {
-            m.set(Qpc::MTU, mtu as u64);
-            let packets = u64::from((mtu.bytes().max(1024) / mtu.bytes()).trailing_zeros());
-            m.set(Qpc::LP_PKTN_INI, packets);
-            m.set(Qpc::ACK_REQ_FREQ, packets);
-        }
-        m.set(Qpc::LP_SGEN_INI, 3);
-        for field in [
-            Qpc::RX_REQ_PSN_ERR,
-            Qpc::RX_REQ_MSN,
-            Qpc::RX_REQ_LAST_OPTYPE,
-            Qpc::RQ_RNR_TIMER,
-            Qpc::TRRL_HEAD_MAX,
-            Qpc::TRRL_TAIL_MAX,
-        ] {
-            m.set(field, 0);
-        }
-    }
-
-    /// RTR→RTS (hns `modify_qp_rtr_to_rts`): the SQ's first pages and clears of the
-    /// requester state.
-    fn rtr_to_rts(&self, m: &mut QpcModify) {
-        let inner = &self.inner;
-        {
-            let buffers = inner.buffers.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(buffers) = buffers.as_ref() {
-                let base = buffers.buffer.address();
-                let sq = base + inner.info.region_offsets[0];
-                m.set(Qpc::SQ_CUR_BLK_ADDR, sq >> 12);
-                m.set(Qpc::RX_SQ_CUR_BLK_ADDR, sq >> 12);
-                let sge = if inner.info.sge_count > 0 {
-                    base + inner.info.region_offsets[1]
-                } else {
-                    0
-                };
-                m.set(Qpc::SQ_CUR_SGE_BLK_ADDR, sge >> 12);
-            }
-        }
-        for field in [
-            Qpc::IRRL_SGE_IDX,
-            Qpc::RX_ACK_MSN,
-            Qpc::ACK_LAST_OPTYPE,
-            Qpc::IRRL_PSN,
-            Qpc::IRRL_PSN_VLD,
-            Qpc::IRRL_TAIL_REAL,
-            Qpc::RETRY_MSG_MSN,
-            Qpc::RNR_RETRY_FLAG,
-            Qpc::CHECK_FLG,
-        ] {
-            m.set(field, 0);
-        }
-    }
-
-    /// The optional attributes (hns `hns_roce_v2_set_opt_fields`), on any transition.
-    fn optional_fields(&self, m: &mut QpcModify, attr: &QpAttributes, mask: QpAttributeMask, soft: &mut QpSoftState) {
-        let inner = &self.inner;
-        if mask.contains(QpAttributeMask::DEST_QPN) {
-            m.set(Qpc::DQPN, u64::from(attr.dest_qp_num));
-            soft.dest_qp_num = attr.dest_qp_num;
-        }
-        if mask.contains(QpAttributeMask::AV) {
-            let ah = attr
-                .ah_attr
-                .validated(inner.pd.context.info.gids.len())
-                .unwrap_or(attr.ah_attr);
-            m.set(Qpc::SL, u64::from(ah.sl));
-            m.set(Qpc::GMV_IDX, u64::from(ah.sgid_index));
-            m.set(Qpc::HOPLIMIT, u64::from(ah.hop_limit));
-            m.set(Qpc::TC, u64::from(ah.traffic_class));
-            m.set(Qpc::FL, u64::from(ah.flow_label));
-            m.set(Qpc::VLAN_ID, 0xFFF);
-            m.set_dgid(ah.dgid);
-            m.set_dmac(ah.dmac);
-            m.set_bool(Qpc::LBI, ah.dmac == inner.pd.context.info.mac);
-            let port = udp_source_port(ah.flow_label, inner.qpn, soft.dest_qp_num);
-            m.set(Qpc::UDPSPN, u64::from(port));
-            soft.service_level = ah.sl;
-        }
-        if mask.contains(QpAttributeMask::TIMEOUT) {
-            m.set(Qpc::AT, u64::from(attr.timeout));
-        }
-        if mask.contains(QpAttributeMask::RETRY_CNT) {
-            m.set(Qpc::RETRY_NUM_INIT, u64::from(attr.retry_cnt));
-            m.set(Qpc::RETRY_CNT, u64::from(attr.retry_cnt));
-        }
-        if mask.contains(QpAttributeMask::RNR_RETRY) {
-            m.set(Qpc::RNR_NUM_INIT, u64::from(attr.rnr_retry));
-            m.set(Qpc::RNR_CNT, u64::from(attr.rnr_retry));
-        }
-        if mask.contains(QpAttributeMask::SQ_PSN) {
-            let psn = u64::from(attr.sq_psn);
-            for field in [
-                Qpc::SQ_CUR_PSN,
-                Qpc::SQ_MAX_PSN,
-                Qpc::RETRY_MSG_PSN,
-                Qpc::RETRY_MSG_FPKT_PSN,
-                Qpc::RX_ACK_EPSN,
-            ] {
-                m.set(field, psn);
-            }
-        }
-        if mask.contains(QpAttributeMask::RQ_PSN) {
-            m.set(Qpc::RX_REQ_EPSN, u64::from(attr.rq_psn));
-            m.set(Qpc::RAQ_PSN, u64::from(attr.rq_psn.wrapping_sub(1) & PSN_MASK));
-        }
-        if mask.contains(QpAttributeMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > 0 {
-            m.set(Qpc::RR_MAX, log2_round_up(attr.max_dest_rd_atomic));
-        }
-        if mask.contains(QpAttributeMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > 0 {
-            m.set(Qpc::SR_MAX, log2_round_up(attr.max_rd_atomic));
-        }
-        if mask.intersects(QpAttributeMask::ACCESS_FLAGS | QpAttributeMask::MAX_DEST_RD_ATOMIC) {
-            // hns `set_access_flags`: without responder resources only remote write is
-            // meaningful; the flags are re-applied when resources arrive later.
-            if mask.contains(QpAttributeMask::MAX_DEST_RD_ATOMIC) {
-                soft.responder_resources = attr.max_dest_rd_atomic;
-            }
-            if mask.contains(QpAttributeMask::ACCESS_FLAGS) {
-                soft.access_flags = attr.qp_access_flags;
-            }
-            let mut flags = soft.access_flags;
-            if soft.responder_resources == 0 {
-                flags &= AccessFlags::REMOTE_WRITE;
-            }
-            m.set_bool(Qpc::RRE, flags.contains(AccessFlags::REMOTE_READ));
-            m.set_bool(Qpc::RWE, flags.contains(AccessFlags::REMOTE_WRITE));
-            m.set_bool(Qpc::ATE, flags.contains(AccessFlags::REMOTE_ATOMIC));
-            m.set_bool(Qpc::EXT_ATE, false);
-        }
-        if mask.contains(QpAttributeMask::MIN_RNR_TIMER) {
-            m.set(Qpc::MIN_RNR_TIME, u64::from(attr.min_rnr_timer));
-        }
-        if mask.contains(QpAttributeMask::QKEY) {
-            m.set(Qpc::QKEY_XRCD, u64::from(attr.qkey));
-        }
-        if mask.contains(QpAttributeMask::PKEY_INDEX) {
-            soft.pkey_index = attr.pkey_index;
-        }
-        if mask.contains(QpAttributeMask::PORT) {
-            soft.port_num = attr.port_num;
-        }
+        self.inner.modify(attr, mask)
     }
 
     /// The QP context as the device holds it (`QUERY_QPC`).
@@ -1238,5 +1001,386 @@ impl QueuePair {
     /// Device failures (the QP is gone anyway).
     pub fn destroy(self) -> Result<(), DestroyError<Self>> {
         self.inner.release().map_err(DestroyError::gone)
+    }
+}
+
+impl QpInner {
+    /// `ibv_modify_qp`.
+    ///
+    /// # Errors
+    /// [`VerbsError::NotSupported`] for alternate paths, path migration, resizing, rate
+    /// limits and SQD notification; [`VerbsError::InvalidArgument`] for values out of
+    /// range; [`VerbsError::Mailbox`] when the device refuses (an illegal transition is
+    /// [`MailboxCompletion::InvalidState`](rnic_firmware_if::mailbox::MailboxCompletion::InvalidState)).
+    pub(crate) fn modify(&self, attr: &QpAttributes, mask: QpAttributeMask) -> Result<()> {
+        let unsupported = QpAttributeMask::ALT_PATH
+            | QpAttributeMask::PATH_MIG_STATE
+            | QpAttributeMask::CAP
+            | QpAttributeMask::RATE_LIMIT
+            | QpAttributeMask::EN_SQD_ASYNC_NOTIFY;
+        if mask.intersects(unsupported) {
+            return Err(VerbsError::NotSupported(format!(
+                "QP attributes {:?}",
+                mask & unsupported
+            )));
+        }
+        let inner = self;
+        let context = &inner.pd.context;
+        // Held for the whole modify: concurrent modifies of one QP are serialised, as the
+        // kernel does with its QP mutex. Lock order: QP state, then context.
+        let mut guard = inner.soft();
+        let mut soft = *guard;
+        let current = if mask.contains(QpAttributeMask::CUR_STATE) {
+            attr.cur_qp_state
+        } else {
+            soft.state
+        };
+        let new = if mask.contains(QpAttributeMask::STATE) {
+            attr.qp_state
+        } else {
+            current
+        };
+        if current == QpState::Reset && new == QpState::Reset {
+            // hns: nothing to tell the device.
+            return Ok(());
+        }
+        self.validate(attr, mask)?;
+
+        let mut modify = QpcModify::new(current == QpState::Reset && new == QpState::Init);
+        modify.set(Qpc::QP_ST, HardwareQpState::from(new) as u64);
+        match (current, new) {
+            (QpState::Reset, QpState::Init) => self.reset_to_init(&mut modify),
+            (QpState::Init, QpState::Init) => self.init_fields(&mut modify),
+            (QpState::Init, QpState::Rtr) => self.init_to_rtr(&mut modify, attr, mask),
+            (QpState::Rtr, QpState::Rts) => self.rtr_to_rts(&mut modify),
+            _ => {}
+        }
+        // Moving to ERR holds both work queues (as rdma-core does with its SQ and RQ
+        // locks) so no post slips in between reading the heads and the device flushing up
+        // to them: every WQE up to the heads completes with WR_FLUSH_ERR.
+        let queues = (new == QpState::Err).then(|| {
+            let sq = inner.sq();
+            let rq = inner.rq();
+            modify.set(Qpc::SQ_PRODUCER_IDX, u64::from(sq.head & 0xFFFF));
+            modify.set(Qpc::RQ_PRODUCER_IDX, u64::from(rq.head & 0xFFFF));
+            (sq, rq)
+        });
+        self.optional_fields(&mut modify, attr, mask, &mut soft);
+        if inner.qp_type == QpType::Ud {
+            soft.path_mtu = 4096;
+        } else if mask.contains(QpAttributeMask::PATH_MTU) {
+            soft.path_mtu = attr.path_mtu.bytes();
+        }
+
+        context
+            .lock()
+            .driver
+            .mailbox_with_input(MailboxOpcode::ModifyQpc, inner.qpn, &modify.into_bytes())
+            .map_err(VerbsError::mailbox("MODIFY_QPC"))?;
+        drop(queues);
+        soft.state = new;
+        if new == QpState::Reset {
+            // The device forgot the QP's WQEs; so does the driver, with its completions.
+            self.clean_cqs();
+            self.reset_indices();
+        }
+        *guard = soft;
+        tracing::debug!(qpn = inner.qpn, from = ?current, to = ?new, "QP modified");
+        Ok(())
+    }
+
+    fn validate(&self, attr: &QpAttributes, mask: QpAttributeMask) -> Result<()> {
+        let context = &self.pd.context;
+        let caps = &context.info.caps;
+        let invalid = |what: String| Err(VerbsError::InvalidArgument(what));
+        if mask.contains(QpAttributeMask::PORT) {
+            check_port(attr.port_num)?;
+        }
+        if mask.contains(QpAttributeMask::PKEY_INDEX) && attr.pkey_index != 0 {
+            return invalid(format!("P_Key index {}: the table has one entry", attr.pkey_index));
+        }
+        if mask.contains(QpAttributeMask::PATH_MTU) {
+            let port_mtu = Mtu::try_from(caps.max_mtu).unwrap_or(Mtu::Mtu4096);
+            if attr.path_mtu.bytes() > port_mtu.bytes() {
+                return invalid(format!(
+                    "path MTU {} above the port's {}",
+                    attr.path_mtu.bytes(),
+                    port_mtu.bytes()
+                ));
+            }
+        }
+        let max_reads = caps.max_outstanding_reads.max(1);
+        if mask.contains(QpAttributeMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > max_reads {
+            return invalid(format!("max_rd_atomic {} above {max_reads}", attr.max_rd_atomic));
+        }
+        if mask.contains(QpAttributeMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > max_reads {
+            return invalid(format!(
+                "max_dest_rd_atomic {} above {max_reads}",
+                attr.max_dest_rd_atomic
+            ));
+        }
+        if mask.contains(QpAttributeMask::TIMEOUT) && attr.timeout > 31 {
+            return invalid(format!("timeout {} above 31", attr.timeout));
+        }
+        if mask.contains(QpAttributeMask::RETRY_CNT) && attr.retry_cnt > 7 {
+            return invalid(format!("retry_cnt {} above 7", attr.retry_cnt));
+        }
+        if mask.contains(QpAttributeMask::RNR_RETRY) && attr.rnr_retry > 7 {
+            return invalid(format!("rnr_retry {} above 7", attr.rnr_retry));
+        }
+        if mask.contains(QpAttributeMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
+            return invalid(format!("min_rnr_timer {} above 31", attr.min_rnr_timer));
+        }
+        if mask.contains(QpAttributeMask::DEST_QPN) && attr.dest_qp_num > PSN_MASK {
+            return invalid(format!("dest_qp_num {:#x} wider than 24 bits", attr.dest_qp_num));
+        }
+        if mask.contains(QpAttributeMask::SQ_PSN) && attr.sq_psn > PSN_MASK {
+            return invalid(format!("sq_psn {:#x} wider than 24 bits", attr.sq_psn));
+        }
+        if mask.contains(QpAttributeMask::RQ_PSN) && attr.rq_psn > PSN_MASK {
+            return invalid(format!("rq_psn {:#x} wider than 24 bits", attr.rq_psn));
+        }
+        if mask.contains(QpAttributeMask::AV) {
+            attr.ah_attr.validated(context.info.gids.len())?;
+        }
+        Ok(())
+    }
+
+    /// RESET→INIT (hns `modify_qp_reset_to_init`): service type, PD, ring shifts, CQs,
+    /// SRQ, and the buffer (hns writes it at INIT→RTR; writing it here as well costs
+    /// nothing and lets the device see the rings from INIT on).
+    fn reset_to_init(&self, m: &mut QpcModify) {
+        let inner = self;
+        let g = &inner.geometry;
+        self.init_fields(m);
+        m.set(Qpc::RQWS, u64::from(g.rq_wqe_shift));
+        m.set(Qpc::SGE_SHIFT, u64::from(g.sge_shift));
+        m.set(Qpc::SQ_SHIFT, u64::from(g.sq_shift));
+        m.set(Qpc::RQ_SHIFT, u64::from(g.rq_shift));
+        m.set(Qpc::VLAN_ID, 0xFFF);
+        m.set_bool(Qpc::FRE, true);
+        m.set_bool(Qpc::SIG_TYPE, !inner.sq_sig_all);
+        self.buffer_fields(m);
+    }
+
+    /// Fields rewritten by RESET→INIT and INIT→INIT.
+    fn init_fields(&self, m: &mut QpcModify) {
+        let inner = self;
+        m.set(Qpc::TST, inner.qp_type.service_type() as u64);
+        m.set(Qpc::PD, u64::from(inner.pd.pdn));
+        m.set(Qpc::RX_CQN, u64::from(inner.recv_cq.cqn));
+        m.set(Qpc::TX_CQN, u64::from(inner.send_cq.cqn));
+        match &inner.srq {
+            Some(srq) => {
+                m.set_bool(Qpc::SRQ_EN, true);
+                m.set(Qpc::SRQN, u64::from(srq.srqn));
+                m.set_bool(Qpc::INV_CREDIT, true);
+            }
+            None => {
+                m.set_bool(Qpc::SRQ_EN, false);
+                m.set(Qpc::SRQN, 0);
+            }
+        }
+    }
+
+    /// The QP buffer's MTR and the RQ's first pages.
+    fn buffer_fields(&self, m: &mut QpcModify) {
+        let inner = self;
+        let buffers = inner.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(buffers) = buffers.as_ref() else {
+            return;
+        };
+        let mtr = &buffers.mtr;
+        let hops = inner.info.region_hops;
+        m.set(Qpc::WQE_SGE_BA, mtr.root() >> 3);
+        m.set(Qpc::SQ_HOP_NUM, u64::from(hops[0]));
+        m.set(Qpc::SGE_HOP_NUM, u64::from(hops[1]));
+        m.set(Qpc::RQ_HOP_NUM, u64::from(hops[2]));
+        m.set(Qpc::WQE_SGE_BA_PG_SZ, u64::from(mtr.ba_page_size_field()));
+        m.set(Qpc::WQE_SGE_BUF_PG_SZ, u64::from(mtr.buffer_page_size_field()));
+        if inner.info.rq_depth > 0 {
+            let rq = buffers.buffer.address() + inner.info.region_offsets[2];
+            let rq_pages = inner.info.region_pages[2];
+            m.set(Qpc::RQ_CUR_BLK_ADDR, rq >> 12);
+            let next = if rq_pages > 1 { rq + PAGE_SIZE } else { 0 };
+            m.set(Qpc::RQ_NXT_BLK_ADDR, next >> 12);
+        }
+    }
+
+    /// INIT→RTR (hns `modify_qp_init_to_rtr`): the buffer, end-to-end credits, signal
+    /// type, MTU and the long-message parameters, and clears of the responder state.
+    fn init_to_rtr(&self, m: &mut QpcModify, attr: &QpAttributes, mask: QpAttributeMask) {
+        let inner = self;
+        self.buffer_fields(m);
+        m.set_bool(Qpc::RMT_E2E, true);
+        m.set_bool(Qpc::SIG_TYPE, !inner.sq_sig_all);
+        let mtu = if inner.qp_type == QpType::Ud {
+            // hns: UD and GSI QPs always use the largest MTU.
+            Some(Mtu::Mtu4096)
+        } else if mask.contains(QpAttributeMask::PATH_MTU) {
+            Some(attr.path_mtu)
+        } else {
+            None
+        };
+        if let Some(mtu) = mtu {
+            m.set(Qpc::MTU, mtu as u64);
+            let packets = u64::from((mtu.bytes().max(1024) / mtu.bytes()).trailing_zeros());
+            m.set(Qpc::LP_PKTN_INI, packets);
+            m.set(Qpc::ACK_REQ_FREQ, packets);
+        }
+        m.set(Qpc::LP_SGEN_INI, 3);
+        for field in [
+            Qpc::RX_REQ_PSN_ERR,
+            Qpc::RX_REQ_MSN,
+            Qpc::RX_REQ_LAST_OPTYPE,
+            Qpc::RQ_RNR_TIMER,
+            Qpc::TRRL_HEAD_MAX,
+            Qpc::TRRL_TAIL_MAX,
+        ] {
+            m.set(field, 0);
+        }
+    }
+
+    /// RTR→RTS (hns `modify_qp_rtr_to_rts`): the SQ's first pages and clears of the
+    /// requester state.
+    fn rtr_to_rts(&self, m: &mut QpcModify) {
+        let inner = self;
+        {
+            let buffers = inner.buffers.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(buffers) = buffers.as_ref() {
+                let base = buffers.buffer.address();
+                let sq = base + inner.info.region_offsets[0];
+                m.set(Qpc::SQ_CUR_BLK_ADDR, sq >> 12);
+                m.set(Qpc::RX_SQ_CUR_BLK_ADDR, sq >> 12);
+                let sge = if inner.info.sge_count > 0 {
+                    base + inner.info.region_offsets[1]
+                } else {
+                    0
+                };
+                m.set(Qpc::SQ_CUR_SGE_BLK_ADDR, sge >> 12);
+            }
+        }
+        for field in [
+            Qpc::IRRL_SGE_IDX,
+            Qpc::RX_ACK_MSN,
+            Qpc::ACK_LAST_OPTYPE,
+            Qpc::IRRL_PSN,
+            Qpc::IRRL_PSN_VLD,
+            Qpc::IRRL_TAIL_REAL,
+            Qpc::RETRY_MSG_MSN,
+            Qpc::RNR_RETRY_FLAG,
+            Qpc::CHECK_FLG,
+        ] {
+            m.set(field, 0);
+        }
+    }
+
+    /// The optional attributes (hns `hns_roce_v2_set_opt_fields`), on any transition.
+    fn optional_fields(&self, m: &mut QpcModify, attr: &QpAttributes, mask: QpAttributeMask, soft: &mut QpSoftState) {
+        let inner = self;
+        if mask.contains(QpAttributeMask::DEST_QPN) {
+            m.set(Qpc::DQPN, u64::from(attr.dest_qp_num));
+            soft.dest_qp_num = attr.dest_qp_num;
+        }
+        if mask.contains(QpAttributeMask::AV) {
+            let ah = attr
+                .ah_attr
+                .validated(inner.pd.context.info.gids.len())
+                .unwrap_or(attr.ah_attr);
+            m.set(Qpc::SL, u64::from(ah.sl));
+            m.set(Qpc::GMV_IDX, u64::from(ah.sgid_index));
+            m.set(Qpc::HOPLIMIT, u64::from(ah.hop_limit));
+            m.set(Qpc::TC, u64::from(ah.traffic_class));
+            m.set(Qpc::FL, u64::from(ah.flow_label));
+            m.set(Qpc::VLAN_ID, 0xFFF);
+            m.set_dgid(ah.dgid);
+            m.set_dmac(ah.dmac);
+            m.set_bool(Qpc::LBI, ah.dmac == inner.pd.context.info.mac);
+            let port = udp_source_port(ah.flow_label, inner.qpn, soft.dest_qp_num);
+            m.set(Qpc::UDPSPN, u64::from(port));
+            soft.service_level = ah.sl;
+        }
+        if mask.contains(QpAttributeMask::TIMEOUT) {
+            m.set(Qpc::AT, u64::from(attr.timeout));
+        }
+        if mask.contains(QpAttributeMask::RETRY_CNT) {
+            m.set(Qpc::RETRY_NUM_INIT, u64::from(attr.retry_cnt));
+            m.set(Qpc::RETRY_CNT, u64::from(attr.retry_cnt));
+        }
+        if mask.contains(QpAttributeMask::RNR_RETRY) {
+            m.set(Qpc::RNR_NUM_INIT, u64::from(attr.rnr_retry));
+            m.set(Qpc::RNR_CNT, u64::from(attr.rnr_retry));
+        }
+        if mask.contains(QpAttributeMask::SQ_PSN) {
+            let psn = u64::from(attr.sq_psn);
+            for field in [
+                Qpc::SQ_CUR_PSN,
+                Qpc::SQ_MAX_PSN,
+                Qpc::RETRY_MSG_PSN,
+                Qpc::RETRY_MSG_FPKT_PSN,
+                Qpc::RX_ACK_EPSN,
+            ] {
+                m.set(field, psn);
+            }
+        }
+        if mask.contains(QpAttributeMask::RQ_PSN) {
+            m.set(Qpc::RX_REQ_EPSN, u64::from(attr.rq_psn));
+            m.set(Qpc::RAQ_PSN, u64::from(attr.rq_psn.wrapping_sub(1) & PSN_MASK));
+        }
+        if mask.contains(QpAttributeMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > 0 {
+            m.set(Qpc::RR_MAX, log2_round_up(attr.max_dest_rd_atomic));
+        }
+        if mask.contains(QpAttributeMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > 0 {
+            m.set(Qpc::SR_MAX, log2_round_up(attr.max_rd_atomic));
+        }
+        if mask.intersects(QpAttributeMask::ACCESS_FLAGS | QpAttributeMask::MAX_DEST_RD_ATOMIC) {
+            // hns `set_access_flags`: without responder resources only remote write is
+            // meaningful; the flags are re-applied when resources arrive later.
+            if mask.contains(QpAttributeMask::MAX_DEST_RD_ATOMIC) {
+                soft.responder_resources = attr.max_dest_rd_atomic;
+            }
+            if mask.contains(QpAttributeMask::ACCESS_FLAGS) {
+                soft.access_flags = attr.qp_access_flags;
+            }
+            let mut flags = soft.access_flags;
+            if soft.responder_resources == 0 {
+                flags &= AccessFlags::REMOTE_WRITE;
+            }
+            m.set_bool(Qpc::RRE, flags.contains(AccessFlags::REMOTE_READ));
+            m.set_bool(Qpc::RWE, flags.contains(AccessFlags::REMOTE_WRITE));
+            m.set_bool(Qpc::ATE, flags.contains(AccessFlags::REMOTE_ATOMIC));
+            m.set_bool(Qpc::EXT_ATE, false);
+        }
+        if mask.contains(QpAttributeMask::MIN_RNR_TIMER) {
+            m.set(Qpc::MIN_RNR_TIME, u64::from(attr.min_rnr_timer));
+        }
+        if mask.contains(QpAttributeMask::QKEY) {
+            m.set(Qpc::QKEY_XRCD, u64::from(attr.qkey));
+            soft.qkey = attr.qkey;
+        }
+        if mask.contains(QpAttributeMask::PKEY_INDEX) {
+            soft.pkey_index = attr.pkey_index;
+        }
+        if mask.contains(QpAttributeMask::PORT) {
+            soft.port_num = attr.port_num;
+        }
+    }
+
+    /// SQ doorbell (hns §6.1: `TAG = QPN, CMD = 0, PI = head, SL`).
+    pub(crate) fn ring_sq_doorbell(&self, producer_index: u16, service_level: u8) {
+        let doorbell = Doorbell::sq(self.qpn, producer_index, service_level);
+        self.pd
+            .context
+            .access
+            .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
+    }
+
+    /// RQ doorbell (hns §6.1: `TAG = QPN, CMD = 1, PI = head`; no RQ record doorbell).
+    pub(crate) fn ring_rq_doorbell(&self, producer_index: u16) {
+        let doorbell = Doorbell::rq(self.qpn, producer_index);
+        self.pd
+            .context
+            .access
+            .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
     }
 }

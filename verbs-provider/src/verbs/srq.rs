@@ -63,14 +63,79 @@ impl SrqBuffers {
     }
 }
 
+/// Data-path bookkeeping of an SRQ (rdma-core `hns_roce_idx_que` and `wrid`).
+#[derive(Debug)]
+pub(crate) struct SrqState {
+    /// Index-queue producer index (entries written, free-running).
+    pub(crate) head: u32,
+    /// One bit per WQE slot, set while the slot is free.
+    pub(crate) free: Box<[u64]>,
+    /// `wr_id` of the WQE in each slot.
+    pub(crate) wrid: Box<[u64]>,
+}
+
+impl SrqState {
+    fn new(depth: u32) -> Self {
+        let words = depth.div_ceil(64) as usize;
+        let mut free = vec![u64::MAX; words].into_boxed_slice();
+        let tail = depth & 63;
+        if tail != 0 {
+            // Slots beyond the depth never exist.
+            free[words - 1] = (1u64 << tail) - 1;
+        }
+        Self {
+            head: 0,
+            free,
+            wrid: vec![0; depth as usize].into_boxed_slice(),
+        }
+    }
+
+    /// Takes the lowest free WQE slot (hns `get_wqe_idx`).
+    pub(crate) fn take_slot(&mut self) -> Option<u32> {
+        let (word, bits) = self.free.iter_mut().enumerate().find(|(_, bits)| **bits != 0)?;
+        let bit = bits.trailing_zeros();
+        *bits &= !(1u64 << bit);
+        Some(word as u32 * 64 + bit)
+    }
+
+    /// Gives a slot back once its completion is polled (hns `hns_roce_free_srq_wqe`).
+    pub(crate) fn free_slot(&mut self, slot: u32) {
+        if let Some(bits) = self.free.get_mut((slot / 64) as usize) {
+            *bits |= 1u64 << (slot % 64);
+        }
+    }
+}
+
 pub(crate) struct SrqInner {
     pub(crate) pd: Arc<PdInner>,
     pub(crate) srqn: u32,
-    depth: u32,
-    max_sge: u32,
+    pub(crate) depth: u32,
+    pub(crate) max_sge: u32,
     limit: AtomicU32,
-    released: AtomicBool,
+    pub(crate) released: AtomicBool,
+    /// Bus addresses of the WQE buffer and the index queue (both contiguous), cached so
+    /// the data path does not take the `buffers` lock; valid until release, which cannot
+    /// race a post (posting borrows the handle that destroying consumes).
+    pub(crate) wqe_base: u64,
+    pub(crate) index_base: u64,
+    pub(crate) state: Mutex<SrqState>,
     buffers: Mutex<Option<SrqBuffers>>,
+}
+
+impl SrqInner {
+    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, SrqState> {
+        // A panic mid-post leaves at worst one slot taken and never posted.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// SRQ doorbell (hns §6.1: `TAG = SRQN, CMD = 2, PI = index-queue head`).
+    pub(crate) fn ring_doorbell(&self, producer_index: u16) {
+        let doorbell = Doorbell::srq(self.srqn, producer_index);
+        self.pd
+            .context
+            .access
+            .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
+    }
 }
 
 impl SrqInner {
@@ -249,6 +314,9 @@ impl ProtectionDomain {
                 max_sge,
                 limit: AtomicU32::new(attributes.srq_limit),
                 released: AtomicBool::new(false),
+                wqe_base: buffers.wqe.address(),
+                index_base: buffers.index.address(),
+                state: Mutex::new(SrqState::new(depth)),
                 buffers: Mutex::new(Some(buffers)),
             }),
         })
@@ -353,15 +421,16 @@ impl SharedReceiveQueue {
         Ok(Srqc::parse(&bytes).expect("queried exactly SRQC_SIZE bytes"))
     }
 
-    /// Rings the SRQ doorbell with index-queue producer index `producer_index` (the data
-    /// path calls this after posting).
+    /// Rings the SRQ doorbell with index-queue producer index `producer_index` without
+    /// writing WQEs: for tests of the device. [`SharedReceiveQueue::post_srq_recv`] rings
+    /// it itself.
     pub fn ring_doorbell(&self, producer_index: u16) {
-        let doorbell = Doorbell::srq(self.inner.srqn, producer_index);
-        self.inner
-            .pd
-            .context
-            .access
-            .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
+        self.inner.ring_doorbell(producer_index);
+    }
+
+    /// WQE slots currently free to post into.
+    pub fn free_slots(&self) -> u32 {
+        self.inner.state().free.iter().map(|bits| bits.count_ones()).sum()
     }
 
     /// `ibv_destroy_srq`.

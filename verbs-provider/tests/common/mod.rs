@@ -154,3 +154,52 @@ pub fn to_state(qp: &QueuePair, state: QpState) -> rnic_verbs::Result<()> {
         QpAttributeMask::STATE,
     )
 }
+
+/// Reads `length` bytes of the model's host memory at bus address `address`.
+pub fn read_memory(device: &EmbeddedDevice, address: u64, length: usize) -> Vec<u8> {
+    use rnic_verbs::DeviceAccess;
+    let mut bytes = vec![0u8; length];
+    device.dma_read(address, &mut bytes).expect("readable host memory");
+    bytes
+}
+
+/// A QP of `qp_type` with capabilities `cap`, sending and receiving on `cq`.
+pub fn create_qp_with(pd: &ProtectionDomain, cq: &CompletionQueue, qp_type: QpType, cap: QpCapabilities) -> QueuePair {
+    pd.create_qp(&QpInitAttributes {
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap,
+        qp_type,
+        sq_sig_all: false,
+    })
+    .expect("create QP")
+}
+
+/// MAC of a peer that does not exist (its frames, if any, go nowhere).
+pub const NOWHERE_MAC: [u8; 6] = [0x02, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE];
+
+/// Moves a fresh QP to RTS towards a peer that does not exist: enough for the posting
+/// paths, which never look at the peer.
+pub fn to_rts_nowhere(qp: &QueuePair) {
+    to_init(qp);
+    let gid = Gid(rnic_verbs::driver::bringup::link_local_gid(NOWHERE_MAC));
+    to_rtr(qp, 0x99, gid, NOWHERE_MAC);
+    to_rts(qp);
+}
+
+/// Polls `cq` until `count` completions arrived (or panics after many empty polls, each
+/// of which lets device time pass).
+pub fn poll_n(device: &EmbeddedDevice, cq: &CompletionQueue, count: usize) -> Vec<rnic_verbs::WorkCompletion> {
+    use rnic_verbs::DeviceAccess;
+    let mut out = vec![rnic_verbs::WorkCompletion::default(); count];
+    let mut got = 0;
+    for _ in 0..100_000 {
+        got += cq.poll(&mut out[got..]).expect("poll");
+        if got == count {
+            return out;
+        }
+        device.delay(1_000);
+    }
+    panic!("{got} of {count} completions arrived: {:#?}", &out[..got]);
+}
