@@ -375,3 +375,155 @@ fn many_qps_share_a_faulty_wire() {
         }
     }
 }
+
+const READ_REQUEST: u8 = 0x0C;
+
+/// Whether `repr` is an RC READ response (FIRST, MIDDLE, LAST or ONLY).
+fn is_read_response(repr: &rnic_hw_model::wire::RoceRepr) -> bool {
+    (0x0D..=0x10).contains(&repr.bth.opcode.0)
+}
+
+/// One READ response (by PSN) or one READ request (by PSN) overtaken by the next frame
+/// of its port: the requester sees the gap (an out-of-sequence response is an implied
+/// NAK, a request overtaken draws a sequence NAK), asks again from the first missing
+/// PSN with the RETH advanced, drops the late and repeated responses, and every READ
+/// completes with the right bytes — without waiting for the ACK timer.
+#[test]
+fn a_reordered_read_response_or_request_is_recovered() {
+    // Three READs of 4 responses each (MTU 256): PSNs 0..=3, 4..=7 and 8..=11. A held
+    // frame needs a later one of its port to pass it, so the last of each kind is not held.
+    const LENGTH: u32 = 1000;
+    const READS: u64 = 3;
+    let cases = (0..11u32).map(|psn| (true, psn)).chain([(false, 0), (false, 4)]);
+    for (response, psn) in cases {
+        let what = if response { "response" } else { "request" };
+        let mut c = connect(ServiceType::Rc, Mtu::Mtu256, false, |_| {});
+        let (ma, mb) = (c.ma, c.mb);
+        let (a, b) = (c.pair.a, c.pair.b);
+        let mut held = false;
+        c.pair.tap(
+            if response { b } else { a },
+            Box::new(move |_, repr| {
+                let kind = if response {
+                    is_read_response(repr)
+                } else {
+                    repr.bth.opcode.0 == READ_REQUEST
+                };
+                if kind && repr.bth.psn == psn && !held {
+                    held = true;
+                    Fate::Hold
+                } else {
+                    Fate::Pass
+                }
+            }),
+        );
+        for i in 0..READS {
+            c.send_a(&SendRequest::rdma(
+                SqOpcode::RdmaRead,
+                vec![ma.sge(i * 0x1000, LENGTH)],
+                mb.at(0x8000 + i * 0x1000),
+                mb.key,
+            ));
+        }
+        c.run();
+        let cqes = c.cqes_a();
+        assert_eq!(cqes.len(), READS as usize, "{what} {psn}: {cqes:?}");
+        for (i, cqe) in cqes.iter().enumerate() {
+            assert_eq!(cqe.status(), 0, "{what} {psn}: READ {i}: {cqe:?}");
+            assert_eq!(cqe.wqe_index(), i as u16, "{what} {psn}: in order");
+        }
+        for i in 0..READS {
+            assert_eq!(
+                c.bytes_a(i * 0x1000, LENGTH as usize),
+                c.bytes_b(0x8000 + i * 0x1000, LENGTH as usize),
+                "{what} {psn}: READ {i}"
+            );
+        }
+        let (ca, cb) = (
+            c.pair.a().device.transport_counters(),
+            c.pair.b().device.transport_counters(),
+        );
+        assert!(ca.retries >= 1, "{what} {psn}: the gap was seen: {ca:?}");
+        assert_eq!(ca.ack_timeouts, 0, "{what} {psn}: recovered without the timer: {ca:?}");
+        assert!(cb.duplicate_requests >= 1, "{what} {psn}: the READ came again: {cb:?}");
+        assert!(c.diagnostics().is_empty(), "{what} {psn}: {:?}", c.diagnostics());
+    }
+}
+
+/// As many READs in flight as the responder has resources, over a wire that reorders
+/// READ responses and READ requests (every few frames one is overtaken by the next):
+/// the go-back-N rounds make the responder serve duplicates again while new READs keep
+/// arriving, and the re-served duplicates must not count as outstanding READs (they did,
+/// and the next new READ was NAKed as one too many: the QP failed with
+/// TRANSPORT_RETRY_EXC_ERR). Every READ completes, in order, with the right bytes.
+#[test]
+fn many_reads_in_flight_survive_reordered_responses_and_requests() {
+    for (mtu, length, every) in [
+        (Mtu::Mtu1024, 3000u32, 7usize),
+        (Mtu::Mtu256, 1000, 5),
+        (Mtu::Mtu512, 512, 3),
+    ] {
+        let mut c = connect(ServiceType::Rc, mtu, false, |spec| {
+            // 4 READs outstanding, 4 responder resources.
+            spec.sr_max = 2;
+            spec.rr_max = 2;
+            spec.ack_timeout = 8;
+        });
+        let (ma, mb) = (c.ma, c.mb);
+        let (a, b) = (c.pair.a, c.pair.b);
+        // Every `every`-th READ response and every other READ request is overtaken by
+        // the next frame of its port (a held frame goes right after that one).
+        c.pair.tap(
+            b,
+            Box::new(move |index, repr| {
+                if is_read_response(repr) && index % every == 1 {
+                    Fate::Hold
+                } else {
+                    Fate::Pass
+                }
+            }),
+        );
+        c.pair.tap(
+            a,
+            Box::new(move |index, repr| {
+                if repr.bth.opcode.0 == READ_REQUEST && index % 2 == 0 {
+                    Fate::Hold
+                } else {
+                    Fate::Pass
+                }
+            }),
+        );
+        const READS: u64 = 48;
+        for i in 0..READS {
+            c.send_a(&SendRequest::rdma(
+                SqOpcode::RdmaRead,
+                vec![ma.sge(i * 0x1000, length)],
+                mb.at(0x10_0000 + i * 0x1000),
+                mb.key,
+            ));
+        }
+        c.run();
+        let cqes = c.cqes_a();
+        let (ca, cb) = (
+            c.pair.a().device.transport_counters(),
+            c.pair.b().device.transport_counters(),
+        );
+        assert_eq!(cqes.len(), READS as usize, "MTU {mtu:?}: {ca:?} {cb:?}");
+        for (i, cqe) in cqes.iter().enumerate() {
+            assert_eq!(cqe.status(), 0, "MTU {mtu:?} READ {i}: {cqe:?} {:?}", c.diagnostics());
+            assert_eq!(cqe.wqe_index(), i as u16, "MTU {mtu:?}: in order");
+        }
+        for i in 0..READS {
+            assert_eq!(
+                c.bytes_a(i * 0x1000, length as usize),
+                c.bytes_b(0x10_0000 + i * 0x1000, length as usize),
+                "MTU {mtu:?} READ {i}"
+            );
+        }
+        assert!(
+            ca.retries > 0 && cb.duplicate_requests > 0,
+            "MTU {mtu:?}: {ca:?} {cb:?}"
+        );
+        assert!(c.diagnostics().is_empty(), "MTU {mtu:?}: {:?}", c.diagnostics());
+    }
+}

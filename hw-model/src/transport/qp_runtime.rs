@@ -335,15 +335,17 @@ pub(crate) enum Response {
     Ack { psn: u32, syndrome: u8 },
     /// READ responses still to send: `next_psn` is the next response PSN, `va` the next
     /// byte, `remaining` the bytes left, `first` whether no packet of it was sent yet.
+    /// `replay`: re-served for a duplicate request (see [`Responder::responses_in_progress`]).
     Read {
         next_psn: u32,
         va: u64,
         rkey: u32,
         remaining: u32,
         first: bool,
+        replay: bool,
     },
-    /// ATOMIC ACKNOWLEDGE with the original value.
-    Atomic { psn: u32, original: u64 },
+    /// ATOMIC ACKNOWLEDGE with the original value (`replay`: answering a duplicate).
+    Atomic { psn: u32, original: u64, replay: bool },
 }
 
 /// A READ or atomic kept for duplicate detection (the responder resources of IBA 9.7.5.1.4).
@@ -408,11 +410,21 @@ impl Responder {
         self.pending.len() < self.pending_limit
     }
 
-    /// Read/atomic responses queued and not fully sent.
+    /// READ/atomic requests whose first answer is queued and not fully sent: the responder
+    /// resources in use. Answers re-served for duplicate requests hold no resource of their
+    /// own (the request already has its replay entry): a requester that retries its READs
+    /// (go-back-N after a lost or reordered response) re-sends requests whose first answer
+    /// may be long gone, and those re-serves must not make its next new READ look like one
+    /// too many (it would be NAKed as an invalid request and the QP would fail).
     pub fn responses_in_progress(&self) -> usize {
         self.pending
             .iter()
-            .filter(|r| matches!(r, Response::Read { .. } | Response::Atomic { .. }))
+            .filter(|r| {
+                matches!(
+                    r,
+                    Response::Read { replay: false, .. } | Response::Atomic { replay: false, .. }
+                )
+            })
             .count()
     }
 }

@@ -287,21 +287,26 @@ impl Device {
                 let Some(entry) = found.copied() else {
                     return;
                 };
-                let response = Response::Read {
+                let response = |replay| Response::Read {
                     next_psn: psn,
                     va: reth.virtual_address,
                     rkey: reth.rkey,
                     remaining: reth.dma_length,
                     first: true,
+                    replay,
                 };
-                // A READ still being answered restarts at the requested PSN.
+                // A READ still being answered restarts at the requested PSN (and keeps
+                // whatever responder resource it holds).
                 let in_progress = responder.pending.iter().position(|r| {
                     matches!(r, Response::Read { next_psn, .. }
                         if psn_diff(*next_psn, entry.first_psn) >= 0 && psn_diff(entry.last_psn, *next_psn) >= 0)
                 });
                 match in_progress {
-                    Some(index) => responder.pending[index] = response,
-                    None => responder.pending.push_back(response),
+                    Some(index) => {
+                        let replay = matches!(responder.pending[index], Response::Read { replay: true, .. });
+                        responder.pending[index] = response(replay);
+                    }
+                    None => responder.pending.push_back(response(true)),
                 }
             }
             op::COMPARE_SWAP | op::FETCH_ADD => {
@@ -313,7 +318,11 @@ impl Device {
                 else {
                     return;
                 };
-                responder.pending.push_back(Response::Atomic { psn, original });
+                responder.pending.push_back(Response::Atomic {
+                    psn,
+                    original,
+                    replay: true,
+                });
             }
             _ => return,
         }
@@ -687,6 +696,7 @@ impl Device {
             rkey: reth.rkey,
             remaining: reth.dma_length,
             first: true,
+            replay: false,
         });
         responder.msn = (responder.msn + 1) & MSN_MASK;
         Ok(Executed {
@@ -755,7 +765,11 @@ impl Device {
                 atomic: Some(original),
             },
         );
-        responder.pending.push_back(Response::Atomic { psn, original });
+        responder.pending.push_back(Response::Atomic {
+            psn,
+            original,
+            replay: false,
+        });
         responder.msn = (responder.msn + 1) & MSN_MASK;
         Ok(Executed {
             psns: 1,
@@ -1012,6 +1026,7 @@ impl Device {
                 rkey,
                 remaining,
                 first,
+                ..
             } => {
                 let length = remaining.min(config.mtu);
                 let last = remaining <= config.mtu;
