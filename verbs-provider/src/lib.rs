@@ -15,14 +15,32 @@
 //!   │ mtr      BT pages for queues and memory regions                   │
 //!   └───┬──────────────────────────────────────────────────────────────┘
 //!       │  DeviceAccess: config space, MMIO, DMA memory, interrupts, delay
-//!   ┌───▼───────────────┐
-//!   │ backend/embedded  │  rnic-hw-model devices in this process, on one fabric
-//!   └───────────────────┘  and one virtual clock (vfio-user and VFIO backends later)
+//!   ┌───▼───────────────┐ ┌──────────────────┐
+//!   │ backend/embedded  │ │ backend/vfio_user │  (a Linux VFIO backend later)
+//!   └───────────────────┘ └──────────────────┘
+//!    rnic-hw-model devices  a NIC in another process (`rnic-emu serve`) over its
+//!    in this process, one   vfio-user socket: memfd DMA memory, mmapped doorbell
+//!    fabric, virtual time   pages, MSI-X on eventfds, wall-clock time
 //! ```
 //!
 //! Start with [`verbs::Context::open`] on a [`backend::EmbeddedDevice`] (several of them
 //! from one [`backend::EmbeddedFabric`] talk to each other); [`demo`] shows two NICs
 //! brought up, connected, and moving RDMA traffic.
+//!
+//! ## Device strings
+//!
+//! Tools take the device as a string and open it with [`backend::open_device`]:
+//!
+//! * `embedded` — a new embedded NIC, alone on its fabric;
+//! * `vfio-user:PATH` — the NIC served by `rnic-emu serve --socket PATH`
+//!   ([`backend::VfioUserDevice`]); `vfio-user:PATH,mac=02:52:4e:49:43:07` when the
+//!   emulator was started with another `--mac` (a vfio-user device does not report its
+//!   MAC address).
+//!
+//! With the vfio-user backend, memory the device reaches must be shared with the
+//! emulator process, so [`ProtectionDomain::register_user_memory`] copies the
+//! application's `Vec<u8>` into memfd-backed pages and gives the same `Vec` back, with
+//! what the device wrote, on [`MemoryRegion::deregister`].
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
