@@ -8,7 +8,7 @@
 //! socket = "/tmp/rnic0.sock"      # --socket
 //! mac = "02:52:4e:49:43:01"       # --mac
 //! timing = "realtime"             # --timing: realtime | fast
-//! net = "none"                    # --net: none (udp:IP and eth:IFACE come later)
+//! net = "none"                    # --net: none | udp:IP | eth:IFACE (or a [net] table)
 //! pcap = "/tmp/rnic0.pcap"        # --pcap
 //! log = "info"                    # --log
 //!
@@ -31,6 +31,13 @@
 //! spin_us = 100                   # busy-poll this long after activity
 //! max_sleep_us = 1000             # longest idle sleep = worst-case extra doorbell latency
 //! ```
+//!
+//! Instead of the `net = "..."` key, the backend may be given as a table:
+//!
+//! ```text
+//! [net]
+//! backend = "udp:127.0.0.2"       # --net
+//! ```
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -38,6 +45,7 @@ use std::time::Duration;
 use rnic_hw_model::DeviceConfig;
 use serde::Deserialize;
 
+use crate::net::NetSpec;
 use crate::timing::TimingMode;
 use crate::vfio_user::{Limits, Polling, ServerOptions};
 
@@ -63,8 +71,8 @@ pub struct ConfigFile {
     pub mac: Option<String>,
     /// Virtual-time mapping.
     pub timing: Option<TimingMode>,
-    /// Network backend.
-    pub net: Option<String>,
+    /// Network backend: `net = "udp:IP"` or a `[net]` table.
+    pub net: Option<NetValue>,
     /// Capture file.
     pub pcap: Option<PathBuf>,
     /// Log filter.
@@ -171,26 +179,29 @@ impl ConfigFile {
     }
 }
 
-/// The network backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum NetBackend {
-    /// No network: frames the device sends are dropped (and captured with `--pcap`).
-    #[default]
-    None,
+/// The `net` key: a backend string, or a `[net]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum NetValue {
+    /// `net = "udp:127.0.0.1"`.
+    Spec(String),
+    /// `[net]` with `backend = "udp:127.0.0.1"`.
+    Table(NetSection),
 }
 
-impl std::str::FromStr for NetBackend {
-    type Err = ConfigError;
+/// `[net]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetSection {
+    /// `none`, `udp:IP` or `eth:IFACE`, as for `--net`.
+    pub backend: Option<String>,
+}
 
-    fn from_str(text: &str) -> Result<Self, ConfigError> {
-        match text {
-            "none" => Ok(Self::None),
-            t if t.starts_with("udp:") || t.starts_with("eth:") => Err(ConfigError(format!(
-                "network backend {t:?} is not implemented yet: only `none` for now"
-            ))),
-            t => Err(ConfigError(format!(
-                "unknown network backend {t:?}: expected none (udp:IP and eth:IFACE come later)"
-            ))),
+impl NetValue {
+    fn spec(&self) -> Option<&str> {
+        match self {
+            NetValue::Spec(spec) => Some(spec),
+            NetValue::Table(table) => table.backend.as_deref(),
         }
     }
 }
@@ -236,13 +247,19 @@ pub struct Overrides {
 }
 
 /// The server options from the file and the command line (which wins).
-pub fn resolve(file: &ConfigFile, cli: &Overrides) -> Result<(ServerOptions, NetBackend), ConfigError> {
+pub fn resolve(file: &ConfigFile, cli: &Overrides) -> Result<ServerOptions, ConfigError> {
     let socket = cli
         .socket
         .clone()
         .or_else(|| file.socket.clone())
         .ok_or_else(|| ConfigError("no socket path: give --socket PATH (or `socket` in the config file)".into()))?;
-    let net: NetBackend = cli.net.as_deref().or(file.net.as_deref()).unwrap_or("none").parse()?;
+    let net: NetSpec = cli
+        .net
+        .as_deref()
+        .or(file.net.as_ref().and_then(NetValue::spec))
+        .unwrap_or("none")
+        .parse()
+        .map_err(ConfigError)?;
     let mut device = DeviceConfig::default();
     if let Some(mac) = cli.mac.as_deref().or(file.mac.as_deref()) {
         device.mac_address = parse_mac(mac)?;
@@ -303,9 +320,10 @@ pub fn resolve(file: &ConfigFile, cli: &Overrides) -> Result<(ServerOptions, Net
             max_sleep: Duration::from_micros(p.max_sleep_us),
         },
         pcap: cli.pcap.clone().or_else(|| file.pcap.clone()),
+        net,
         handle_signals: true,
     };
-    Ok((options, net))
+    Ok(options)
 }
 
 #[cfg(test)]
@@ -333,7 +351,7 @@ mod tests {
             timing: Some(TimingMode::Realtime),
             ..Overrides::default()
         };
-        let (options, net) = resolve(&file, &cli).unwrap();
+        let options = resolve(&file, &cli).unwrap();
         assert_eq!(options.socket, PathBuf::from("/tmp/cli.sock"));
         assert_eq!(options.timing, TimingMode::Realtime);
         assert_eq!(options.device.mac_address, [2, 0, 0, 0, 0, 7]);
@@ -341,7 +359,7 @@ mod tests {
         assert_eq!(options.device.identity.device_id, 0x5245);
         assert_eq!(options.limits.max_msg_fds, 8);
         assert_eq!(options.polling.max_sleep, Duration::from_micros(250));
-        assert_eq!(net, NetBackend::None);
+        assert_eq!(options.net, NetSpec::None);
     }
 
     #[test]
@@ -375,10 +393,46 @@ mod tests {
             net: Some("udp:127.0.0.1".into()),
             ..with_socket.clone()
         };
-        assert!(resolve(&ConfigFile::default(), &udp)
-            .unwrap_err()
-            .0
-            .contains("not implemented"));
+        assert_eq!(
+            resolve(&ConfigFile::default(), &udp).unwrap().net,
+            NetSpec::Udp([127, 0, 0, 1].into())
+        );
+        let eth = Overrides {
+            net: Some("eth:veth0".into()),
+            ..with_socket.clone()
+        };
+        assert_eq!(
+            resolve(&ConfigFile::default(), &eth).unwrap().net,
+            NetSpec::Eth("veth0".into())
+        );
+        assert!(resolve(
+            &ConfigFile::default(),
+            &Overrides {
+                net: Some("udp:x".into()),
+                ..with_socket.clone()
+            }
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn the_net_table_and_the_net_key() {
+        let table = ConfigFile::parse("socket = \"/tmp/s\"\n[net]\nbackend = \"udp:127.0.0.2\"").unwrap();
+        assert_eq!(
+            resolve(&table, &Overrides::default()).unwrap().net,
+            NetSpec::Udp([127, 0, 0, 2].into())
+        );
+        let key = ConfigFile::parse("socket = \"/tmp/s\"\nnet = \"udp:::1\"").unwrap();
+        assert_eq!(
+            resolve(&key, &Overrides::default()).unwrap().net,
+            NetSpec::Udp(std::net::Ipv6Addr::LOCALHOST.into())
+        );
+        let cli = Overrides {
+            net: Some("none".into()),
+            ..Overrides::default()
+        };
+        assert_eq!(resolve(&table, &cli).unwrap().net, NetSpec::None);
+        assert!(ConfigFile::parse("[net]\nbackend = \"none\"\nspeed = 1").is_err());
     }
 
     #[test]

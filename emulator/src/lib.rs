@@ -11,11 +11,12 @@
 //! The library part exists so the integration tests can run the server in-process.
 //! Modules: [`vfio_user`] (the protocol server), [`os`] (the only module with `unsafe`:
 //! memfd, mmap, SCM_RIGHTS, ppoll), [`timing`] (virtual ↔ wall time), [`config`] (the
-//! TOML file), [`pcap`] (`--pcap`). See `docs/guides/emulator.md`.
+//! TOML file), [`pcap`] (`--pcap`), [`net`] (`--net`: the network backends). See `docs/guides/emulator.md`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod net;
 pub mod os;
 pub mod pcap;
 pub mod timing;

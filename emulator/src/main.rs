@@ -84,8 +84,12 @@ struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
 
-    /// Network backend. Only `none` for now: frames the NIC sends are dropped (and
-    /// captured with --pcap). `udp:IP` and `eth:IFACE` come later.
+    /// Network backend: `none` (default) drops the frames the NIC sends (still captured
+    /// with --pcap); `udp:IP` carries RoCEv2 over a UDP socket bound to IP:4791, no root
+    /// needed (several emulators on one host use 127.0.0.1, 127.0.0.2, ...; the NIC's GIDs
+    /// must be those addresses). `eth:IFACE` sends and receives whole Ethernet frames on a
+    /// network interface (a veth in a network namespace, or a real port) and answers ARP
+    /// and IPv6 neighbour solicitations for the NIC's GIDs; needs CAP_NET_RAW (root).
     #[arg(long, value_name = "BACKEND")]
     net: Option<String>,
 }
@@ -140,7 +144,7 @@ fn serve(cli: &Cli, args: &ServeArgs) -> ExitCode {
         net: args.net.clone(),
         pcap: args.pcap.clone(),
     };
-    let (options, _net) = match config::resolve(&file, &overrides) {
+    let options = match config::resolve(&file, &overrides) {
         Ok(resolved) => resolved,
         Err(error) => {
             eprintln!("rnic-emu: {error}");

@@ -73,9 +73,12 @@ fn bad_arguments_are_usage_errors() {
     assert_eq!(code, 2);
     assert!(stderr.contains("--socket"), "{stderr}");
     let socket = socket_path("cli-net");
-    let (code, _, stderr) = run(&["serve", "--socket", socket.to_str().unwrap(), "--net", "udp:127.0.0.1"]);
+    let (code, _, stderr) = run(&["serve", "--socket", socket.to_str().unwrap(), "--net", "eth:"]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("not implemented"), "{stderr}");
+    assert!(stderr.contains("interface name"), "{stderr}");
+    let (code, _, stderr) = run(&["serve", "--socket", socket.to_str().unwrap(), "--net", "udp:nowhere"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("udp:IP"), "{stderr}");
     let (code, _, stderr) = run(&["serve", "--socket", socket.to_str().unwrap(), "--mac", "zz"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("MAC"), "{stderr}");

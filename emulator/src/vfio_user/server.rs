@@ -5,8 +5,11 @@
 //! 2. the client's complete messages, in arrival order (at most
 //!    [`MESSAGES_PER_PASS`] per pass, so doorbells and time keep moving under a flood);
 //! 3. one doorbell poll pass over the shared doorbell pages;
-//! 4. the device's due events ([`Clock::sync`]) and its transmitted frames (`--pcap`;
-//!    dropped with `--net none`).
+//! 4. the frames the network backend received (at most [`FRAMES_PER_PASS`], each given
+//!    to the device at the current virtual time), the device's due events
+//!    ([`Clock::sync`]) and its transmitted frames, which go to the backend
+//!    ([`crate::net`]; dropped with `--net none`). `--pcap` records both directions as the
+//!    device saw them.
 //!
 //! One client at a time; a second connection is accepted and closed at once. When the
 //! client goes away (close, crash, kill -9), its DMA maps and eventfds are dropped and
@@ -38,6 +41,7 @@ use super::protocol::{
     Version,
 };
 use super::regions::{RegionKind, RegionTable};
+use crate::net::{self, NetBackend, NetSpec, NetStats};
 use crate::os;
 use crate::pcap::{self as pcap_file, PcapWriter};
 use crate::timing::{Clock, TimingMode};
@@ -45,13 +49,17 @@ use crate::timing::{Clock, TimingMode};
 /// Most messages handled per loop pass.
 pub const MESSAGES_PER_PASS: usize = 64;
 
+/// Most received frames handed to the device per loop pass (so doorbells, the client
+/// and time keep moving under a flood of network traffic).
+pub const FRAMES_PER_PASS: usize = 64;
+
 /// Longest wait while no client is attached.
 const IDLE_WAIT: Duration = Duration::from_secs(1);
 
-/// Bits of [`os::wait_readable`]'s result: the listener, the wake eventfd, the client.
+/// Bits of [`os::wait_readable`]'s result: the listener, the wake eventfd; then the
+/// network backend's descriptor and the client's, when present, in that order.
 const LISTENER: u32 = 1 << 0;
 const WAKE: u32 = 1 << 1;
-const CLIENT: u32 = 1 << 2;
 
 /// Protocol limits the server advertises and enforces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +123,8 @@ pub struct ServerOptions {
     pub polling: Polling,
     /// Capture file for every frame sent or received.
     pub pcap: Option<PathBuf>,
+    /// The network backend, opened by [`Server::bind`].
+    pub net: NetSpec,
     /// Stop on SIGINT/SIGTERM (the binary); tests stop through [`ServerHandle::stop`].
     pub handle_signals: bool,
 }
@@ -129,6 +139,7 @@ impl ServerOptions {
             limits: Limits::default(),
             polling: Polling::default(),
             pcap: None,
+            net: NetSpec::None,
             handle_signals: false,
         }
     }
@@ -161,8 +172,12 @@ pub struct ServerStats {
     pub interrupts: u64,
     /// Interrupts for vectors without an eventfd.
     pub interrupts_dropped: u64,
-    /// Frames the device transmitted (dropped: `--net none`).
+    /// Frames the device transmitted (given to the network backend).
     pub frames_transmitted: u64,
+    /// Frames the network backend received and gave to the device.
+    pub frames_received: u64,
+    /// The network backend's statistics.
+    pub net: NetStats,
     /// Device resets (DEVICE_RESET).
     pub resets: u64,
     /// The device's counters.
@@ -307,6 +322,11 @@ pub struct Server {
     stats: ServerStats,
     pcap: Option<PcapWriter>,
     pcap_dirty: bool,
+    net: Box<dyn NetBackend>,
+    /// Reused buffer for received frames.
+    rx_frame: Vec<u8>,
+    /// Reused list of the device's IP addresses (for backends that answer ARP/ND).
+    addresses: Vec<std::net::IpAddr>,
     /// Wall-clock time of virtual time 0, for capture timestamps.
     start_unix: Duration,
 }
@@ -376,6 +396,7 @@ impl Server {
         let msix: SharedMsix = Arc::new(Mutex::new(MsixState::new(vectors)));
         let device = build_device(&options.device, &dma, &msix);
         let pcap = options.pcap.as_deref().map(pcap_file::create).transpose()?;
+        let net = net::open(&options.net, options.device.mac_address)?;
         clear_stale_socket(&options.socket)?;
         let listener = os::bind_unix_listener(&options.socket, 0o600)?;
         listener.set_nonblocking(true)?;
@@ -398,6 +419,9 @@ impl Server {
             stats: ServerStats::default(),
             pcap,
             pcap_dirty: false,
+            net,
+            rx_frame: Vec::with_capacity(9000),
+            addresses: Vec::new(),
             start_unix: SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default(),
@@ -443,6 +467,7 @@ impl Server {
             timing = %self.options.timing,
             doorbell_pages = self.doorbells.pages(),
             msix_vectors = self.vectors,
+            net = %self.net.describe(),
             "vfio-user server listening"
         );
         self.publish_stats();
@@ -478,12 +503,18 @@ impl Server {
                 }
                 self.pcap_dirty = false;
             }
-            let ready = {
+            let (ready, client_bit) = {
                 let mut fds = vec![self.listener.as_fd(), self.wake.as_fd()];
+                // The backend's descriptor only wakes the loop: receive_network polls the
+                // backend every pass anyway, so its own bit is not needed.
+                if let Some(fd) = self.net.pollable_fd() {
+                    fds.push(fd);
+                }
+                let client_bit = 1u32 << fds.len();
                 if let Some(client) = &self.client {
                     fds.push(client.stream.as_fd());
                 }
-                os::wait_readable(&fds, Some(wait))?
+                (os::wait_readable(&fds, Some(wait))?, client_bit)
             };
             if ready & WAKE != 0 {
                 let mut counter = [0u8; 8];
@@ -492,7 +523,7 @@ impl Server {
             let mut activity = false;
             // The client first: if it hung up, its EOF detaches it before a new
             // connection waiting in the same pass is looked at.
-            if ready & CLIENT != 0 {
+            if ready & client_bit != 0 {
                 activity |= self.serve_client();
             }
             if ready & LISTENER != 0 {
@@ -502,6 +533,7 @@ impl Server {
             if self.client.is_some() {
                 activity |= self.poll_doorbells() > 0;
             }
+            activity |= self.receive_network()?;
             activity |= self.clock.sync(&mut self.device);
             self.drain_transmit()?;
             if activity {
@@ -1035,19 +1067,52 @@ impl Server {
         taken
     }
 
+    /// Records `frame` in the capture, stamped with the device's virtual time mapped to
+    /// the wall clock.
+    fn capture(&mut self, frame: &[u8]) -> io::Result<()> {
+        if let Some(pcap) = &mut self.pcap {
+            let at = self.start_unix + Duration::from_nanos(self.device.now().as_nanos());
+            let at = rnic_hw_model::Picoseconds((at.as_nanos() as u64).saturating_mul(1_000));
+            pcap.write_frame(at, frame)?;
+            self.pcap_dirty = true;
+        }
+        Ok(())
+    }
+
     fn drain_transmit(&mut self) -> io::Result<()> {
         while let Some(frame) = self.device.poll_transmit() {
             self.stats.frames_transmitted += 1;
-            if let Some(pcap) = &mut self.pcap {
-                let at = self.start_unix + Duration::from_nanos(self.device.now().as_nanos());
-                let at = rnic_hw_model::Picoseconds((at.as_nanos() as u64).saturating_mul(1_000));
-                pcap.write_frame(at, &frame)?;
-                self.pcap_dirty = true;
-            }
-            tracing::trace!(target: "rnic_emu::net", len = frame.len(), "frame dropped (--net none)");
+            self.capture(&frame)?;
+            self.net.send(&frame);
             self.device.recycle_frame(frame);
         }
         Ok(())
+    }
+
+    /// Gives the device up to [`FRAMES_PER_PASS`] frames from the network; returns
+    /// whether there was any.
+    fn receive_network(&mut self) -> io::Result<bool> {
+        if self.net.wants_local_addresses() {
+            // The driver may change the GID table with any command: follow it each pass.
+            net::gid_addresses(&self.device, &mut self.addresses);
+            self.net.set_local_addresses(&self.addresses);
+        }
+        let mut frame = std::mem::take(&mut self.rx_frame);
+        let mut received = 0;
+        while received < FRAMES_PER_PASS && self.net.receive(&mut frame) {
+            received += 1;
+            // The frame arrives now: bring the device's time up to the wall clock first.
+            self.clock.sync(&mut self.device);
+            self.stats.frames_received += 1;
+            let captured = self.capture(&frame);
+            self.device.receive_frame(&frame);
+            if let Err(error) = captured {
+                self.rx_frame = frame;
+                return Err(error);
+            }
+        }
+        self.rx_frame = frame;
+        Ok(received > 0)
     }
 
     fn publish_stats(&mut self) {
@@ -1060,6 +1125,7 @@ impl Server {
             self.stats.interrupts_dropped = msix.dropped;
         }
         self.stats.device = self.device.counters();
+        self.stats.net = self.net.stats();
         self.stats.virtual_time = self.device.now();
         self.stats.diagnostics = self.device.diagnostics().total();
         *self.shared_stats.lock().unwrap_or_else(|e| e.into_inner()) = self.stats.clone();

@@ -1,0 +1,316 @@
+//! `--net udp:IP`: RoCEv2 over a kernel UDP socket bound to `IP:4791`, unprivileged.
+//!
+//! Several emulators on one host use different loopback addresses (127.0.0.1, 127.0.0.2,
+//! ...); the device's GIDs must be those addresses (IPv4-mapped, or IPv6).
+//!
+//! **Transmit.** The device's frame is parsed ([`wire::parse_frame`]; frames that are not
+//! valid RoCEv2 are dropped and counted) and its UDP payload (BTH ... ICRC) is sent to
+//! `destination IP:4791`, from a socket bound to `IP:source port of the frame` (one socket
+//! per flow, opened on first use), so the receiver sees the frame's UDP source port.
+//!
+//! **Receive.** A datagram from `peer:port` becomes a whole Ethernet/IP/UDP frame for the
+//! device: destination MAC = ours, source MAC = the MAC our own device last sent to that
+//! peer IP (or a stand-in, `02:00` + the last four address bytes), IP source = peer,
+//! destination = `IP`, UDP ports `port → 4791`, UDP checksum 0. The ICRC covers the IP
+//! and UDP headers except the fields it masks (roce-wire §1.6), so the rebuilt headers must
+//! equal the sender's in every covered field:
+//!
+//! * IPv6: exact. Traffic class, flow label and hop limit are masked; addresses, payload
+//!   length, next header and ports are what the kernel carried.
+//! * IPv4: the kernel picks the **identification** and the receiver cannot see it, nor
+//!   the DF flag. Rule: *the ICRC of a frame sent over this backend is computed with
+//!   identification 0 and DF set*, and the receiver rebuilds identification 0 with DF. The
+//!   sender re-computes the ICRC when the device's frame differs (the device numbers its
+//!   IPv4 packets, as rxe does). So rnic ↔ rnic over `udp:` works, but a third party
+//!   capturing the kernel's IPv4 packets (tshark, rxe) sees another identification and a
+//!   "bad" ICRC; IPv4 frames are ICRC-exact to others only on an Ethernet backend.
+//!
+//! The same re-computation covers a flow whose source port could not be bound (another
+//! program holds it): the datagram then leaves from port 4791 and its ICRC is computed
+//! for that port.
+//!
+//! Lost: ECN (masked by the ICRC; the kernel's TOS is not read back), the Ethernet source
+//! MAC a peer really used, VLAN tags.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
+
+use rnic_hw_model::wire::{
+    self, bth, icrc, ipv6, udp, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, UdpRepr, ROCE_V2_UDP_PORT,
+};
+
+use super::{NetBackend, NetStats};
+
+/// Most per-flow source-port sockets kept open; later flows send from port 4791 (with
+/// their ICRC re-computed for it), so descriptors stay bounded.
+pub const MAX_FLOW_SOCKETS: usize = 256;
+
+/// Most peers whose MAC address is remembered.
+const MAX_PEERS: usize = 4096;
+
+/// Most malformed datagrams skipped in one [`NetBackend::receive`] call, so a flood of
+/// garbage cannot hold the server loop.
+const MALFORMED_PER_CALL: usize = 64;
+
+/// BTH + ICRC: the shortest RoCEv2 UDP payload.
+const MIN_DATAGRAM: usize = bth::HEADER_LEN + icrc::ICRC_LEN;
+
+/// TTL / hop limit written into rebuilt headers (masked by the ICRC; any value works).
+const REBUILT_HOP_LIMIT: u8 = 64;
+
+/// The UDP backend.
+#[derive(Debug)]
+pub struct UdpBackend {
+    local: IpAddr,
+    mac: [u8; 6],
+    /// Bound to `local:4791`: every datagram for the device arrives here.
+    socket: UdpSocket,
+    /// Per UDP source port: the socket bound to `local:port`, or `None` if it could not
+    /// be bound (then the main socket sends).
+    flows: HashMap<u16, Option<UdpSocket>>,
+    /// Destination MAC of our last frame to each peer IP: the source MAC of its frames.
+    peer_macs: HashMap<IpAddr, [u8; 6]>,
+    tx: Vec<u8>,
+    rx: Vec<u8>,
+    stats: NetStats,
+}
+
+impl UdpBackend {
+    /// Binds `local:4791` (non-blocking) for a device whose MAC address is `mac`.
+    pub fn bind(local: IpAddr, mac: [u8; 6]) -> io::Result<Self> {
+        let socket = UdpSocket::bind((local, ROCE_V2_UDP_PORT)).map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("cannot bind UDP {}: {error}", SocketAddr::new(local, ROCE_V2_UDP_PORT)),
+            )
+        })?;
+        socket.set_nonblocking(true)?;
+        tracing::info!(target: "rnic_emu::net", local = %socket.local_addr()?, "udp backend bound");
+        Ok(Self {
+            local,
+            mac,
+            socket,
+            flows: HashMap::new(),
+            peer_macs: HashMap::new(),
+            tx: Vec::with_capacity(9000),
+            rx: vec![0; 1 << 16],
+            stats: NetStats::default(),
+        })
+    }
+
+    /// The address the backend is bound to.
+    pub fn local_address(&self) -> IpAddr {
+        self.local
+    }
+
+    /// The stand-in MAC address of a peer we never sent to: `02:00` and the address's last
+    /// four bytes (locally administered, unicast, deterministic).
+    pub fn stand_in_mac(peer: IpAddr) -> [u8; 6] {
+        let last = match peer {
+            IpAddr::V4(v4) => v4.octets(),
+            IpAddr::V6(v6) => {
+                let o = v6.octets();
+                [o[12], o[13], o[14], o[15]]
+            }
+        };
+        [0x02, 0x00, last[0], last[1], last[2], last[3]]
+    }
+
+    /// The socket for UDP source port `port` and the port it really sends from.
+    fn flow_socket(&mut self, port: u16) -> (&UdpSocket, u16) {
+        if !self.flows.contains_key(&port) && self.flows.len() < MAX_FLOW_SOCKETS {
+            let socket = UdpSocket::bind((self.local, port)).and_then(|s| s.set_nonblocking(true).map(|()| s));
+            let socket = match socket {
+                Ok(socket) => Some(socket),
+                Err(error) => {
+                    tracing::debug!(target: "rnic_emu::net", port, %error,
+                        "cannot bind the flow's source port; sending from 4791 with the ICRC re-computed");
+                    None
+                }
+            };
+            self.flows.insert(port, socket);
+        }
+        match self.flows.get(&port) {
+            Some(Some(socket)) => (socket, port),
+            _ => (&self.socket, ROCE_V2_UDP_PORT),
+        }
+    }
+}
+
+/// The ICRC of `datagram` (BTH ... ICRC) as carried in `ip` with UDP source port `port`.
+fn datagram_icrc(ip: &IpRepr, port: u16, datagram: &[u8]) -> u32 {
+    let mut prefix = [0u8; ipv6::HEADER_LEN + udp::HEADER_LEN + bth::HEADER_LEN];
+    let ip_len = ip.header_len();
+    ip.emit(&mut prefix, udp::HEADER_LEN + datagram.len());
+    UdpRepr {
+        source_port: port,
+        destination_port: ROCE_V2_UDP_PORT,
+    }
+    .emit(
+        &mut udp::Packet::new_unchecked(&mut prefix[ip_len..ip_len + udp::HEADER_LEN]),
+        datagram.len(),
+    );
+    let headers = ip_len + udp::HEADER_LEN;
+    prefix[headers..headers + bth::HEADER_LEN].copy_from_slice(&datagram[..bth::HEADER_LEN]);
+    let mut hasher = icrc::IcrcHasher::new(&prefix[..headers + bth::HEADER_LEN]);
+    hasher.update(&datagram[bth::HEADER_LEN..datagram.len() - icrc::ICRC_LEN]);
+    hasher.finalize()
+}
+
+/// The IP header a receiver rebuilds for a datagram from `source` to `destination`
+/// (the IPv4 rule of the module documentation: identification 0, DF).
+pub fn rebuilt_ip(source: IpAddr, destination: IpAddr) -> Option<IpRepr> {
+    match (source, destination) {
+        (IpAddr::V4(source), IpAddr::V4(destination)) => Some(IpRepr::V4(Ipv4Repr {
+            source: source.octets(),
+            destination: destination.octets(),
+            dscp: 0,
+            ecn: 0,
+            ttl: REBUILT_HOP_LIMIT,
+            identification: 0,
+            dont_fragment: true,
+        })),
+        (IpAddr::V6(source), IpAddr::V6(destination)) => Some(IpRepr::V6(Ipv6Repr {
+            source: source.octets(),
+            destination: destination.octets(),
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: REBUILT_HOP_LIMIT,
+        })),
+        _ => None,
+    }
+}
+
+fn ip_addresses(ip: &IpRepr) -> (IpAddr, IpAddr) {
+    match ip {
+        IpRepr::V4(r) => (Ipv4Addr::from(r.source).into(), Ipv4Addr::from(r.destination).into()),
+        IpRepr::V6(r) => (Ipv6Addr::from(r.source).into(), Ipv6Addr::from(r.destination).into()),
+    }
+}
+
+impl NetBackend for UdpBackend {
+    fn describe(&self) -> String {
+        format!("udp:{}", SocketAddr::new(self.local, ROCE_V2_UDP_PORT))
+    }
+
+    fn send(&mut self, frame: &[u8]) {
+        let parsed = match wire::parse_frame(frame) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                self.stats.tx_dropped += 1;
+                tracing::debug!(target: "rnic_emu::net", %error, "transmitted frame is not valid RoCEv2; dropped");
+                return;
+            }
+        };
+        let repr = parsed.repr;
+        let (_, destination) = ip_addresses(&repr.ip);
+        if destination.is_ipv4() != self.local.is_ipv4() {
+            self.stats.tx_dropped += 1;
+            tracing::debug!(target: "rnic_emu::net", %destination, local = %self.local,
+                "destination of another IP version than the backend; dropped");
+            return;
+        }
+        // The frame's extent is the UDP length, not the buffer (Ethernet padding).
+        let start = repr.ethernet.header_len() + repr.ip.header_len() + udp::HEADER_LEN;
+        let end = wire::frame_length(&repr, parsed.payload.len());
+        if self.peer_macs.len() < MAX_PEERS || self.peer_macs.contains_key(&destination) {
+            self.peer_macs.insert(destination, repr.ethernet.destination);
+        }
+        let mut tx = std::mem::take(&mut self.tx);
+        tx.clear();
+        tx.extend_from_slice(&frame[start..end]);
+        let wanted_port = repr.udp_source_port;
+        let (socket, port) = self.flow_socket(wanted_port);
+        let canonical = match repr.ip {
+            IpRepr::V4(mut v4) => {
+                let exact = v4.identification == 0 && v4.dont_fragment && port == wanted_port;
+                v4.identification = 0;
+                v4.dont_fragment = true;
+                (!exact).then_some(IpRepr::V4(v4))
+            }
+            IpRepr::V6(v6) => (port != wanted_port).then_some(IpRepr::V6(v6)),
+        };
+        if let Some(ip) = canonical {
+            let value = datagram_icrc(&ip, port, &tx);
+            let at = tx.len() - icrc::ICRC_LEN;
+            tx[at..].copy_from_slice(&icrc::to_wire(value));
+        }
+        match socket.send_to(&tx, SocketAddr::new(destination, ROCE_V2_UDP_PORT)) {
+            Ok(_) => self.stats.frames_sent += 1,
+            Err(error) => {
+                self.stats.tx_errors += 1;
+                tracing::debug!(target: "rnic_emu::net", %destination, %error, "UDP send failed; frame lost");
+            }
+        }
+        self.tx = tx;
+    }
+
+    fn receive(&mut self, frame: &mut Vec<u8>) -> bool {
+        for _ in 0..MALFORMED_PER_CALL {
+            let (length, from) = match self.socket.recv_from(&mut self.rx) {
+                Ok(received) => received,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    self.stats.rx_errors += 1;
+                    tracing::debug!(target: "rnic_emu::net", %error, "UDP receive failed");
+                    return false;
+                }
+            };
+            let datagram = &self.rx[..length];
+            let ip = rebuilt_ip(from.ip(), self.local);
+            // Cheap structure checks only: the device verifies the ICRC (and counts
+            // failures) itself, and a second CRC here would halve the packet rate.
+            let max = usize::from(u16::MAX) - udp::HEADER_LEN - ip.as_ref().map_or(0, |ip| ip.header_len());
+            let well_formed = length >= MIN_DATAGRAM
+                && length % 4 == 0
+                && length <= max
+                && from.port() != 0
+                && datagram[1] & 0x0F == 0;
+            let Some(ip) = ip.filter(|_| well_formed) else {
+                self.stats.rx_malformed += 1;
+                tracing::debug!(target: "rnic_emu::net", %from, length, "malformed datagram dropped");
+                continue;
+            };
+            let ethernet = EthernetRepr {
+                destination: self.mac,
+                source: self
+                    .peer_macs
+                    .get(&from.ip())
+                    .copied()
+                    .unwrap_or_else(|| Self::stand_in_mac(from.ip())),
+                vlan: None,
+                ethertype: ip.ethertype(),
+            };
+            let ip_start = wire::ethernet::HEADER_LEN;
+            let udp_start = ip_start + ip.header_len();
+            let data_start = udp_start + udp::HEADER_LEN;
+            frame.clear();
+            frame.resize(data_start, 0);
+            ethernet.emit(&mut wire::ethernet::Packet::new_unchecked(&mut frame[..ip_start]));
+            ip.emit(&mut frame[ip_start..udp_start], udp::HEADER_LEN + length);
+            UdpRepr {
+                source_port: from.port(),
+                destination_port: ROCE_V2_UDP_PORT,
+            }
+            .emit(
+                &mut udp::Packet::new_unchecked(&mut frame[udp_start..data_start]),
+                length,
+            );
+            frame.extend_from_slice(datagram);
+            self.stats.frames_received += 1;
+            return true;
+        }
+        false
+    }
+
+    fn pollable_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.socket.as_fd())
+    }
+
+    fn stats(&self) -> NetStats {
+        self.stats
+    }
+}
