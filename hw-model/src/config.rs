@@ -1,35 +1,10 @@
-//! Device configuration: identity, sizes, capabilities and the (placeholder) latencies of
-//! the control path. The timing issue replaces the latencies with a calibrated model.
+//! Device configuration: identity, sizes, capabilities and the timing model's parameters
+//! ([`TimingParams`], default the `hns-100g` preset; see `docs/timing.md`).
 
 use rnic_firmware_if::caps::{CapFlags, DeviceCaps};
 
 use crate::pci::PciIdentity;
-use crate::time::Picoseconds;
-
-/// Latencies of control-path operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Latencies {
-    /// From a command-queue producer-index write to the firmware finishing one command.
-    /// Placeholder: 2 µs, in the range of firmware command handling on hns-class NICs.
-    pub command: Picoseconds,
-    /// From POST_MB to the mailbox command's completion. Placeholder: 5 µs.
-    pub mailbox: Picoseconds,
-    /// From a doorbell write to the doorbell taking effect. Placeholder: 100 ns.
-    pub doorbell: Picoseconds,
-    /// Function reset duration. Placeholder: 10 µs.
-    pub reset: Picoseconds,
-}
-
-impl Default for Latencies {
-    fn default() -> Self {
-        Self {
-            command: Picoseconds::from_micros(2),
-            mailbox: Picoseconds::from_micros(5),
-            doorbell: Picoseconds::from_nanos(100),
-            reset: Picoseconds::from_micros(10),
-        }
-    }
-}
+use crate::timing::TimingParams;
 
 /// Everything that distinguishes one device instance from another.
 #[derive(Debug, Clone)]
@@ -48,8 +23,8 @@ pub struct DeviceConfig {
     pub firmware_version: u32,
     /// Hardware version reported by QUERY_HW_VER (hns hip09 user-visible value 0x130).
     pub hardware_version: u16,
-    /// Control-path latencies.
-    pub latencies: Latencies,
+    /// Timing-model parameters: every stage's cost, the control path's included.
+    pub timing: TimingParams,
 }
 
 impl DeviceConfig {
@@ -184,7 +159,7 @@ impl Default for DeviceConfig {
             mac_address: [0x02, 0x52, 0x4e, 0x49, 0x43, 0x01],
             firmware_version: 0x0001_0000,
             hardware_version: 0x130,
-            latencies: Latencies::default(),
+            timing: TimingParams::default(),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::interrupt::InterruptSink;
 use crate::memory::{AccessKind, HostMemory, MemoryError};
 use crate::pci::{BarDescriptor, ConfigSpace, MsixTable};
 use crate::time::{Picoseconds, Scheduler};
+use crate::timing::TimingModel;
 use crate::transport::Transport;
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
@@ -42,6 +43,8 @@ pub(crate) enum Event {
     },
     /// The port finished serialising a frame and may start the next (transport).
     TransportTx,
+    /// Received frames leave the receive pipeline for the engines (transport).
+    TransportRx,
     /// A QP's local ACK timer is due.
     AckTimer {
         /// QP number.
@@ -114,6 +117,8 @@ pub struct Device {
     pub(crate) eqs: EventQueues,
     /// The RoCEv2 transport engines and the port.
     pub(crate) transport: Transport,
+    /// The timing model: parameters, caches, per-stage totals.
+    pub(crate) timing: TimingModel,
     /// Low halves of 64-bit doorbells written as two 32-bit stores, per page and register.
     pub(crate) doorbell_latch: Vec<[Option<u32>; 2]>,
     pub(crate) diagnostics: DiagnosticLog,
@@ -166,6 +171,7 @@ impl Device {
             tables,
             eqs,
             transport: Transport::new(),
+            timing: TimingModel::new(config.timing),
             doorbell_latch: vec![[None; 2]; pages],
             diagnostics: DiagnosticLog::default(),
             counters: Counters::default(),
@@ -229,9 +235,20 @@ impl Device {
             }
             Event::EqCoalesceTimer { eqn, generation } => self.eq_coalesce_timer(eqn, generation),
             Event::TransportTx => self.transport_tx_event(),
+            Event::TransportRx => self.transport_rx_event(),
             Event::AckTimer { qpn, generation } => self.ack_timer_event(qpn, generation),
             Event::RnrTimer { qpn, generation } => self.rnr_timer_event(qpn, generation),
         }
+    }
+
+    /// The timing model: parameters, per-stage totals, cache statistics.
+    pub fn timing(&self) -> &TimingModel {
+        &self.timing
+    }
+
+    /// The timing model, to reset its totals.
+    pub fn timing_mut(&mut self) -> &mut TimingModel {
+        &mut self.timing
     }
 
     /// Counters since power-on.
@@ -544,6 +561,7 @@ impl Device {
         self.tables = Self::context_tables_for(&self.config);
         self.eqs = EventQueues::new(&self.config.caps);
         self.transport = Transport::new();
+        self.timing = TimingModel::new(self.config.timing);
         let event_enables = self.registers.event_enable.len();
         self.registers = ControlRegisters {
             event_enable: vec![false; event_enables],
@@ -553,7 +571,7 @@ impl Device {
         for latch in &mut self.doorbell_latch {
             *latch = [None; 2];
         }
-        let delay = self.config.latencies.reset;
+        let delay = Picoseconds(self.config.timing.reset_ps);
         self.scheduler.schedule_in(delay, Event::ResetDone);
     }
 

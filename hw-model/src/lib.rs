@@ -9,7 +9,8 @@
 //! [`pci`] (config space, BARs, MSI-X) → [`device`] (BAR decode) → [`firmware`] (command
 //! queue and mailbox) → [`hem`] (context tables in host memory) → [`mtt`] (address
 //! translation) → the object engines [`mpt`], [`qp`], [`srq`], [`cq`], [`eq`], and
-//! [`doorbell`]. See `docs/architecture.md`.
+//! [`doorbell`]. What every stage costs in virtual time is the [`timing`] model's
+//! (`docs/timing.md`). See `docs/architecture.md`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -30,6 +31,7 @@ pub mod pci;
 pub mod qp;
 pub mod srq;
 pub mod time;
+pub mod timing;
 pub mod transport;
 pub mod wire;
 

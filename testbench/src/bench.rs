@@ -16,19 +16,22 @@ use std::time::Instant;
 
 use rnic_hw_model::fabric::{CapturedFrame, FabricConfig, FabricStatistics, FaultPlan};
 use rnic_hw_model::time::Picoseconds;
-use rnic_verbs::backend::{EmbeddedDevice, EmbeddedFabric};
+use rnic_hw_model::timing::{Stage, StageTotals, TimingParams};
+use rnic_hw_model::DeviceConfig;
+use rnic_verbs::backend::{EmbeddedConfig, EmbeddedDevice, EmbeddedFabric};
 use rnic_verbs::{
-    AccessFlags, AhAttributes, AtomicFields, CompletionQueue, Context, DeviceAccess, MemoryRegion, Mtu,
-    ProtectionDomain, QpAttributeMask, QpAttributes, QpCapabilities, QpInitAttributes, QpState, QpType, QueuePair,
-    RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttributes, AtomicFields, CompletionQueue, Context, MemoryRegion, Mtu, ProtectionDomain,
+    QpAttributeMask, QpAttributes, QpCapabilities, QpInitAttributes, QpState, QpType, QueuePair, RdmaFields,
+    RecvWorkRequest, SendFlags, SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// Messages a pair keeps outstanding.
 pub const WINDOW: usize = 16;
 /// Most bytes of buffer slots per side and pair.
 const MAX_SLOT_BYTES: usize = 64 << 20;
-/// Virtual time the drivers let pass when nothing completed (a poll-loop back-off).
-const IDLE_STEP_NS: u64 = 2_000;
+/// Most virtual time the drivers let pass when nothing completed: the loop wakes at the
+/// fabric's next event, so a completion is seen at the instant its CQE is written.
+const IDLE_STEP: Picoseconds = Picoseconds::from_micros(2);
 /// Virtual time after which a run with no progress is declared stuck.
 const STALL_LIMIT: Picoseconds = Picoseconds::from_millis(2_000);
 
@@ -79,6 +82,36 @@ impl std::str::FromStr for Operation {
     }
 }
 
+/// Which clock the figures come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Modelled figures from virtual time (deterministic).
+    Virtual,
+    /// How fast the emulator itself moves data on this machine (wall clock).
+    Wall,
+}
+
+impl Mode {
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Virtual => "virtual",
+            Mode::Wall => "wall",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "virtual" => Ok(Mode::Virtual),
+            "wall" => Ok(Mode::Wall),
+            other => Err(format!("unknown mode {other:?}: virtual or wall")),
+        }
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
@@ -98,6 +131,17 @@ pub struct BenchConfig {
     pub verify: bool,
     /// Keep every frame that crossed the wire (for `--pcap`).
     pub capture: bool,
+    /// Timing-model parameters of both NICs.
+    pub timing: TimingParams,
+    /// Name of the preset the parameters came from (for reports).
+    pub preset: String,
+    /// Propagation and switch latency of the wire.
+    pub link_latency: Picoseconds,
+    /// Which clock the figures come from.
+    pub mode: Mode,
+    /// Latency test: one message outstanding per pair (perftest `_lat`), else a window
+    /// of [`WINDOW`] (perftest `_bw`).
+    pub latency_test: bool,
 }
 
 impl Default for BenchConfig {
@@ -111,6 +155,11 @@ impl Default for BenchConfig {
             faults: FaultPlan::none(),
             verify: true,
             capture: false,
+            timing: TimingParams::default(),
+            preset: "hns-100g".into(),
+            link_latency: FabricConfig::DEFAULT_LINK_LATENCY,
+            mode: Mode::Virtual,
+            latency_test: false,
         }
     }
 }
@@ -170,6 +219,32 @@ pub struct BenchReport {
     pub wall_time_s: f64,
     /// The first failures, for the human-readable report.
     pub failures: Vec<String>,
+    /// Which clock the figures below come from.
+    pub mode: &'static str,
+    /// Timing preset name.
+    pub preset: String,
+    /// `lat` (one message outstanding) or `bw` (a window).
+    pub test: &'static str,
+    /// Average goodput, Gb/s: payload bytes of the messages over the run's time.
+    pub bw_gbps: f64,
+    /// Peak goodput, Gb/s: the best stretch of a tenth of the messages (at least four
+    /// windows).
+    pub bw_peak_gbps: f64,
+    /// Messages per second, millions.
+    pub msg_rate_mpps: f64,
+    /// Message latency (post to the requester's completion), µs: min, p50, p99, max.
+    pub lat_us: [f64; 4],
+    /// Per-stage timing totals of the requester NIC over the run.
+    pub requester_stages: StageTotals,
+    /// Per-stage timing totals of the responder NIC over the run.
+    pub responder_stages: StageTotals,
+    /// MTT translation-cache misses (both NICs).
+    pub mtt_misses: u64,
+    /// MTT translation-cache hits (both NICs).
+    pub mtt_hits: u64,
+    /// Fairness across QPs: the highest per-QP throughput over the lowest (each QP's
+    /// bytes over the time to its last completion); 1.0 with one QP.
+    pub qp_fairness: f64,
 }
 
 impl BenchReport {
@@ -178,7 +253,9 @@ impl BenchReport {
         format!(
             "{{\"op\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"messages_ok\":{},\"messages_failed\":{},\
              \"bytes_verified\":{},\"retransmissions\":{},\"frames\":{},\"frames_dropped\":{},\"frames_duplicated\":{},\
-             \"frames_reordered\":{},\"frames_corrupted\":{},\"sim_time_ps\":{},\"wall_time_s\":{:.6}}}",
+             \"frames_reordered\":{},\"frames_corrupted\":{},\"mode\":\"{}\",\"preset\":\"{}\",\"test\":\"{}\",\
+             \"bw_gbps\":{:.6},\"bw_peak_gbps\":{:.6},\"msg_rate_mpps\":{:.6},\"lat_us\":{{\"min\":{:.6},\"p50\":{:.6},\
+             \"p99\":{:.6},\"max\":{:.6}}},\"mtt_misses\":{},\"sim_time_ps\":{},\"wall_time_s\":{:.6}}}",
             self.operation,
             self.size,
             self.iterations,
@@ -193,9 +270,93 @@ impl BenchReport {
             self.fabric.duplicated,
             self.fabric.reordered,
             self.fabric.corrupted,
+            self.mode,
+            self.preset,
+            self.test,
+            self.bw_gbps,
+            self.bw_peak_gbps,
+            self.msg_rate_mpps,
+            self.lat_us[0],
+            self.lat_us[1],
+            self.lat_us[2],
+            self.lat_us[3],
+            self.mtt_misses,
             self.sim_time_ps,
             self.wall_time_s
         )
+    }
+
+    /// The perftest-shaped table: one header line and one row.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# {} {} test, {} mode, preset {}, {} QP(s), MTU {}",
+            self.operation, self.test, self.mode, self.preset, self.queue_pairs, self.mtu
+        );
+        let _ = writeln!(
+            out,
+            " {:>10} {:>12} {:>16} {:>19} {:>17} {:>20} {:>15} {:>12} {:>16} {:>15} {:>12}",
+            "#bytes",
+            "#iterations",
+            "BW peak[Gb/sec]",
+            "BW average[Gb/sec]",
+            "BW peak[GB/sec]",
+            "BW average[GB/sec]",
+            "MsgRate[Mpps]",
+            "t_min[usec]",
+            "t_typical[usec]",
+            "99% pct[usec]",
+            "t_max[usec]"
+        );
+        let _ = writeln!(
+            out,
+            " {:>10} {:>12} {:>16.2} {:>19.2} {:>17.3} {:>20.3} {:>15.6} {:>12.3} {:>16.3} {:>15.3} {:>12.3}",
+            self.size,
+            self.iterations,
+            self.bw_peak_gbps,
+            self.bw_gbps,
+            self.bw_peak_gbps / 8.0,
+            self.bw_gbps / 8.0,
+            self.msg_rate_mpps,
+            self.lat_us[0],
+            self.lat_us[1],
+            self.lat_us[2],
+            self.lat_us[3]
+        );
+        out
+    }
+
+    /// Per-stage breakdown per message: count and time of each stage on each NIC.
+    pub fn breakdown_table(&self) -> String {
+        let mut out = String::new();
+        let messages = (self.messages_ok + self.messages_failed).max(1);
+        let _ = writeln!(
+            out,
+            "# per-message stage breakdown ({} messages; time per message in ns; MTT {} hits, {} misses)",
+            messages, self.mtt_hits, self.mtt_misses
+        );
+        let _ = writeln!(
+            out,
+            " {:<14} {:>14} {:>16} {:>14} {:>16}",
+            "stage", "requester n", "requester [ns]", "responder n", "responder [ns]"
+        );
+        for stage in Stage::ALL {
+            let (a, b) = (&self.requester_stages, &self.responder_stages);
+            if a.count(stage) == 0 && b.count(stage) == 0 {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                " {:<14} {:>14.3} {:>16.3} {:>14.3} {:>16.3}",
+                stage.name(),
+                a.count(stage) as f64 / messages as f64,
+                a.total(stage).0 as f64 / 1000.0 / messages as f64,
+                b.count(stage) as f64 / messages as f64,
+                b.total(stage).0 as f64 / 1000.0 / messages as f64
+            );
+        }
+        out
     }
 
     /// A short human-readable summary.
@@ -242,7 +403,7 @@ fn pattern_byte(pair: usize, message: u64, i: usize) -> u8 {
     (x >> ((i % 8) * 8)) as u8 ^ (i as u8)
 }
 
-fn fill_pattern(buffer: &mut [u8], pair: usize, message: u64) {
+pub(crate) fn fill_pattern(buffer: &mut [u8], pair: usize, message: u64) {
     for (i, b) in buffer.iter_mut().enumerate() {
         *b = pattern_byte(pair, message, i);
     }
@@ -256,8 +417,16 @@ struct Side {
 }
 
 impl Side {
-    fn new(fabric: &EmbeddedFabric, mac: [u8; 6]) -> Result<Self, BenchError> {
-        let device = fabric.add_nic(mac);
+    fn new(fabric: &EmbeddedFabric, mac: [u8; 6], timing: TimingParams) -> Result<Self, BenchError> {
+        // Host-side accesses cost no virtual time: the timing model charges the doorbell.
+        let device = fabric.add_nic_with_config(EmbeddedConfig {
+            device: DeviceConfig {
+                timing,
+                ..DeviceConfig::with_mac(mac)
+            },
+            mmio_cost: Picoseconds::ZERO,
+            ..EmbeddedConfig::default()
+        });
         let context = Context::open(Box::new(device.clone()))?;
         let pd = context.alloc_pd()?;
         Ok(Self { device, context, pd })
@@ -285,6 +454,21 @@ struct Pair {
     expected_digest: u64,
     /// Running digest of the payloads as the receiver found them.
     observed_digest: u64,
+    /// Messages kept outstanding (1 in a latency test).
+    window: u64,
+    /// Virtual time of the pair's last requester completion.
+    last_completion: Picoseconds,
+    /// Virtual and wall time each outstanding message was posted, in posting order.
+    posted_at: std::collections::VecDeque<(Picoseconds, Instant)>,
+}
+
+/// Times measured for every message.
+#[derive(Debug, Default)]
+struct Timings {
+    /// Latency of each message, ps (virtual) or ns (wall).
+    latencies: Vec<u64>,
+    /// Completion instant of each message, ps (virtual) or ns since the start (wall).
+    completions: Vec<u64>,
 }
 
 fn mtu_from_bytes(bytes: u32) -> Result<Mtu, BenchError> {
@@ -352,8 +536,8 @@ fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu) -> 
 /// that left a device.
 pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), BenchError> {
     let mtu = mtu_from_bytes(config.mtu)?;
-    if config.queue_pairs == 0 || config.queue_pairs > 256 {
-        return Err(BenchError::Config(format!("{} QPs: 1..=256", config.queue_pairs)));
+    if config.queue_pairs == 0 || config.queue_pairs > 1024 {
+        return Err(BenchError::Config(format!("{} QPs: 1..=1024", config.queue_pairs)));
     }
     let size = if config.operation == Operation::Atomic {
         8
@@ -363,17 +547,21 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
     if size > 1 << 30 {
         return Err(BenchError::Config(format!("message size {size}: at most 1 GiB")));
     }
+    config
+        .timing
+        .validate()
+        .map_err(|e| BenchError::Config(e.to_string()))?;
     let wall_start = Instant::now();
     let fabric = EmbeddedFabric::new(FabricConfig {
         faults: config.faults,
-        ..FabricConfig::default()
+        link_latency: config.link_latency,
     });
     fabric.set_capture(config.capture);
-    let requester = Side::new(&fabric, MAC_REQUESTER)?;
-    let responder = Side::new(&fabric, MAC_RESPONDER)?;
+    let requester = Side::new(&fabric, MAC_REQUESTER, config.timing)?;
+    let responder = Side::new(&fabric, MAC_RESPONDER, config.timing)?;
     let slot_size = size.max(8).next_multiple_of(64);
     let slots = (MAX_SLOT_BYTES / slot_size).clamp(1, WINDOW);
-    let window = slots as u64;
+    let window = if config.latency_test { 1 } else { slots as u64 };
     let mut pairs = Vec::with_capacity(config.queue_pairs);
     for index in 0..config.queue_pairs {
         let access = AccessFlags::LOCAL_WRITE
@@ -431,41 +619,108 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
             atomics_done: 0,
             expected_digest: DIGEST_SEED,
             observed_digest: DIGEST_SEED,
+            window,
+            last_completion: Picoseconds::ZERO,
+            posted_at: std::collections::VecDeque::with_capacity(WINDOW),
         });
     }
 
     let before = transport_retransmissions(&requester.device) + transport_retransmissions(&responder.device);
+    for side in [&requester, &responder] {
+        side.device.with_device(|d| d.timing_mut().reset_totals());
+    }
     let start = fabric.now();
+    let measure_start = Instant::now();
     let mut report = BenchReport {
         operation: config.operation.name(),
         size,
         iterations: config.iterations,
         queue_pairs: config.queue_pairs,
         mtu: config.mtu,
+        mode: config.mode.name(),
+        preset: config.preset.clone(),
+        test: if config.latency_test { "lat" } else { "bw" },
         ..BenchReport::default()
+    };
+    let expected_messages = config.iterations * config.queue_pairs as u64;
+    let mut timings = Timings {
+        latencies: Vec::with_capacity(expected_messages.min(1 << 24) as usize),
+        completions: Vec::with_capacity(expected_messages.min(1 << 24) as usize),
+    };
+    let clock = Clock {
+        mode: config.mode,
+        fabric: &fabric,
+        wall_start: measure_start,
     };
     let expected = config.iterations * config.queue_pairs as u64;
     let mut completions = [WorkCompletion::default(); WINDOW * 2];
     let mut buffer = vec![0u8; size];
     let mut check = vec![0u8; size];
     let mut last_progress = fabric.now();
+    // Pairs are stepped only when they can have something to do: after a CQE was written
+    // (found by scanning from where the last one was found, until as many completions as
+    // new CQEs are consumed) or after their previous step did something (a freed window
+    // slot to post into). This changes nothing but the wall time with many QPs.
+    let cqes_written =
+        || requester.device.with_device(|d| d.counters().cqes) + responder.device.with_device(|d| d.counters().cqes);
+    let mut seen_cqes = cqes_written();
+    let mut dirty: Vec<usize> = (0..pairs.len()).collect();
+    let mut next_dirty: Vec<usize> = Vec::with_capacity(pairs.len());
+    let mut cursor = 0usize;
     while report.messages_ok + report.messages_failed < expected {
+        let cqes = cqes_written();
+        let mut unseen = cqes - seen_cqes;
+        seen_cqes = cqes;
         let mut progress = false;
-        for pair in &mut pairs {
-            progress |= step(
+        let mut measure = (&clock, &mut timings);
+        for &i in &dirty {
+            let (active, consumed) = step(
                 config,
-                pair,
-                window,
+                &mut pairs[i],
                 &mut completions,
                 &mut buffer,
                 &mut check,
                 &mut report,
+                &mut measure,
             )?;
+            unseen = unseen.saturating_sub(consumed);
+            if active {
+                progress = true;
+                next_dirty.push(i);
+            }
         }
+        let mut scanned = 0;
+        while unseen > 0 && scanned < pairs.len() {
+            let i = cursor;
+            if !dirty.contains(&i) || pairs.len() <= 1 {
+                let (active, consumed) = step(
+                    config,
+                    &mut pairs[i],
+                    &mut completions,
+                    &mut buffer,
+                    &mut check,
+                    &mut report,
+                    &mut measure,
+                )?;
+                unseen = unseen.saturating_sub(consumed);
+                if active {
+                    progress = true;
+                    if !next_dirty.contains(&i) {
+                        next_dirty.push(i);
+                    }
+                }
+            }
+            scanned += 1;
+            if unseen > 0 {
+                cursor = (cursor + 1) % pairs.len();
+            }
+        }
+        std::mem::swap(&mut dirty, &mut next_dirty);
+        next_dirty.clear();
         if progress {
             last_progress = fabric.now();
         } else {
-            requester.device.delay(IDLE_STEP_NS);
+            step_time(config, &fabric);
             if fabric.now() > last_progress + STALL_LIMIT {
                 return Err(BenchError::Stalled {
                     limit: STALL_LIMIT,
@@ -490,6 +745,23 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
         }
     }
     report.sim_time_ps = fabric.now().0 - start.0;
+    let spans = pairs.iter().map(|p| p.last_completion.0.saturating_sub(start.0).max(1));
+    let (shortest, longest) = spans.fold((u64::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
+    // Every pair moves the same bytes: throughput ratio = span ratio.
+    report.qp_fairness = longest as f64 / shortest as f64;
+    let elapsed = match config.mode {
+        Mode::Virtual => report.sim_time_ps as f64 * 1e-12,
+        Mode::Wall => measure_start.elapsed().as_secs_f64(),
+    };
+    summarise(&mut report, &timings, config, size, elapsed, window);
+    let (a, b) = (
+        requester.device.with_device(|d| stage_state(d)),
+        responder.device.with_device(|d| stage_state(d)),
+    );
+    report.requester_stages = a.0;
+    report.responder_stages = b.0;
+    report.mtt_hits = a.1 + b.1;
+    report.mtt_misses = a.2 + b.2;
     report.retransmissions =
         transport_retransmissions(&requester.device) + transport_retransmissions(&responder.device) - before;
     report.fabric = fabric.statistics();
@@ -501,6 +773,95 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
         Vec::new()
     };
     Ok((report, capture))
+}
+
+/// Lets virtual time pass when the drivers have nothing to do.
+fn step_time(config: &BenchConfig, fabric: &EmbeddedFabric) {
+    match config.mode {
+        // Wake exactly when something can have changed: completions are seen at the
+        // instant their CQE is written.
+        Mode::Virtual => fabric.advance_to_next_event(IDLE_STEP),
+        // Flat out: fewer, longer steps.
+        Mode::Wall => fabric.advance(IDLE_STEP),
+    }
+}
+
+/// The clock figures are taken from.
+struct Clock<'a> {
+    mode: Mode,
+    fabric: &'a EmbeddedFabric,
+    wall_start: Instant,
+}
+
+impl Clock<'_> {
+    /// Now: virtual ps, or wall ns since the measurement started.
+    fn now(&self, virtual_now: Picoseconds) -> u64 {
+        match self.mode {
+            Mode::Virtual => virtual_now.0,
+            Mode::Wall => self.wall_start.elapsed().as_nanos() as u64,
+        }
+    }
+}
+
+/// Timing totals and MTT hits and misses of one NIC.
+fn stage_state(device: &rnic_hw_model::Device) -> (StageTotals, u64, u64) {
+    let timing = device.timing();
+    (timing.totals(), timing.mtt_hits, timing.mtt_misses)
+}
+
+/// Element `q` (0..=1) of sorted `values`, nearest rank.
+fn quantile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Bandwidth, message rate and latency figures from the measured times.
+fn summarise(
+    report: &mut BenchReport,
+    timings: &Timings,
+    config: &BenchConfig,
+    size: usize,
+    elapsed: f64,
+    window: u64,
+) {
+    let messages = timings.completions.len() as u64;
+    if messages == 0 || elapsed <= 0.0 {
+        return;
+    }
+    let bytes = |n: u64| (n * size as u64) as f64;
+    report.bw_gbps = bytes(messages) * 8.0 / elapsed / 1e9;
+    report.msg_rate_mpps = messages as f64 / elapsed / 1e6;
+    // Units of the recorded times: ps in virtual mode, ns in wall mode.
+    let per_second = match config.mode {
+        Mode::Virtual => 1e12,
+        Mode::Wall => 1e9,
+    };
+    let mut completions = timings.completions.clone();
+    completions.sort_unstable();
+    // Completions arrive in bursts (ACK coalescing): stretches of several windows.
+    let stretch = (messages / 10).max(4 * window * config.queue_pairs as u64).max(1) as usize;
+    let mut peak = report.bw_gbps;
+    if stretch < completions.len() {
+        for i in stretch..completions.len() {
+            let span = completions[i] - completions[i - stretch];
+            if span > 0 {
+                peak = peak.max(bytes(stretch as u64) * 8.0 / (span as f64 / per_second) / 1e9);
+            }
+        }
+    }
+    report.bw_peak_gbps = peak;
+    let mut latencies = timings.latencies.clone();
+    latencies.sort_unstable();
+    let to_us = |v: u64| v as f64 / per_second * 1e6;
+    report.lat_us = [
+        to_us(latencies[0]),
+        to_us(quantile(&latencies, 0.5)),
+        to_us(quantile(&latencies, 0.99)),
+        to_us(latencies[latencies.len() - 1]),
+    ];
 }
 
 fn transport_retransmissions(device: &EmbeddedDevice) -> u64 {
@@ -536,19 +897,20 @@ fn message_size(config: &BenchConfig, size: usize, pair: usize, message: u64) ->
 }
 
 /// Posts what the window allows and consumes completions for one pair; returns whether
-/// anything happened.
+/// anything happened and how many completions it consumed.
 fn step(
     config: &BenchConfig,
     pair: &mut Pair,
-    window: u64,
     completions: &mut [WorkCompletion],
     buffer: &mut [u8],
     check: &mut [u8],
     report: &mut BenchReport,
-) -> Result<bool, BenchError> {
+    (clock, timings): &mut (&Clock<'_>, &mut Timings),
+) -> Result<(bool, u64), BenchError> {
     let mut progress = false;
+    let mut consumed = 0u64;
     let size = report.size;
-    while pair.posted < config.iterations && pair.posted - pair.completed < window {
+    while pair.posted < config.iterations && pair.posted - pair.completed < pair.window {
         let message = pair.posted;
         let length = message_size(config, size, pair.index, message);
         if operation_of(config, pair.index, message) == Operation::Send {
@@ -567,11 +929,13 @@ fn step(
                 .map_err(|e| BenchError::Post(e.to_string()))?;
             pair.pending_receives.push_back(message);
         }
+        pair.posted_at.push_back((clock.fabric.now(), Instant::now()));
         post_one(config, pair, &mut buffer[..length])?;
         pair.posted += 1;
         progress = true;
     }
     let got = pair.requester_cq.poll(completions)?;
+    consumed += got as u64;
     for wc in &completions[..got] {
         progress = true;
         let message = wc.wr_id;
@@ -585,6 +949,16 @@ fn step(
             );
         }
         pair.completed += 1;
+        if let Some((virtual_posted, wall_posted)) = pair.posted_at.pop_front() {
+            let now = clock.fabric.now();
+            pair.last_completion = now;
+            let completed = clock.now(now);
+            timings.completions.push(completed);
+            timings.latencies.push(match clock.mode {
+                Mode::Virtual => now.0 - virtual_posted.0,
+                Mode::Wall => wall_posted.elapsed().as_nanos() as u64,
+            });
+        }
         if wc.status != WcStatus::Success {
             failure(
                 report,
@@ -626,6 +1000,7 @@ fn step(
         settle_message(config, pair, report, message, expected, found);
     }
     let got = pair.responder_cq.poll(completions)?;
+    consumed += got as u64;
     for wc in &completions[..got] {
         progress = true;
         let message = wc.wr_id;
@@ -650,7 +1025,7 @@ fn step(
         }
         settle_message(config, pair, report, message, expected, found);
     }
-    Ok(progress)
+    Ok((progress, consumed))
 }
 
 /// Scores one completed message: compares and folds the digests when verifying.

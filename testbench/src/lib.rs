@@ -10,3 +10,4 @@
 pub mod bench;
 pub mod harness;
 pub mod pcap;
+pub mod remote;

@@ -23,7 +23,7 @@ fn soak(seed: u64, iterations: u64) -> rnic_testbench::bench::BenchReport {
         mtu: 1024,
         faults,
         verify: true,
-        capture: false,
+        ..BenchConfig::default()
     };
     run(&config).expect("the run completes").0
 }

@@ -631,6 +631,9 @@ impl Device {
             return;
         }
         self.counters.eqes += 1;
+        // Timing: recorded for the breakdown; the EQE is written now (see docs/timing.md).
+        let cost = self.timing.params().eqe_write();
+        self.timing.record(crate::timing::Stage::EqeWrite, cost);
         tracing::trace!(target: "rnic::eq", eqn, producer_index, address, entry = ?entry, "EQE written");
         if let Some(queue) = self.eqs.active_mut(eqn) {
             queue.producer_index = (producer_index + 1) & INDEX_MASK;
@@ -720,6 +723,8 @@ impl Device {
             queue.arm = EqArmState::Fired;
         }
         tracing::trace!(target: "rnic::eq", eqn, vector, "EQ interrupt");
+        let cost = self.timing.params().msix();
+        self.timing.record(crate::timing::Stage::Msix, cost);
         self.signal_vector(vector);
     }
 

@@ -13,6 +13,7 @@ use super::{GidTableEntry, MAILBOX_QUEUE_DEPTH};
 use crate::device::{Device, Event};
 use crate::diagnostics::Source;
 use crate::hem::ContextTableAttributes;
+use crate::time::Picoseconds;
 
 /// Longest chain of NEXT descriptors the firmware follows.
 const MAX_CHAIN: usize = 8;
@@ -113,7 +114,7 @@ impl Device {
         self.cmdq.producer_index = value;
         if !self.cmdq.scheduled && value != self.cmdq.consumer_index {
             self.cmdq.scheduled = true;
-            let delay = self.config.latencies.command;
+            let delay = Picoseconds(self.config.timing.firmware_command_ps);
             self.scheduler.schedule_in(delay, Event::CommandQueue);
         }
     }
@@ -184,7 +185,7 @@ impl Device {
         self.cmdq.consumer_index = (self.cmdq.consumer_index + chain.len() as u32) % depth;
         if self.cmdq.consumer_index != self.cmdq.producer_index {
             self.cmdq.scheduled = true;
-            let delay = self.config.latencies.command;
+            let delay = Picoseconds(self.config.timing.firmware_command_ps);
             self.scheduler.schedule_in(delay, Event::CommandQueue);
         }
     }
@@ -428,7 +429,7 @@ impl Device {
             return ReturnCode::NotExecuted;
         }
         if self.firmware.mailbox_queue.is_empty() {
-            let delay = self.config.latencies.mailbox;
+            let delay = Picoseconds(self.config.timing.mailbox_ps);
             self.scheduler.schedule_in(delay, Event::MailboxComplete);
         }
         self.firmware.mailbox_queue.push_back(post);

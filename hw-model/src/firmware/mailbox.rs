@@ -9,6 +9,7 @@ use super::Rejection;
 use crate::device::{Device, Event};
 use crate::diagnostics::Source;
 use crate::eq::EqKind;
+use crate::time::Picoseconds;
 
 /// What a successful mailbox command hands back in its out-parameter mailbox.
 enum Output {
@@ -60,7 +61,7 @@ impl Device {
             self.post_mailbox_event(post.token(), status as u8, post.out_param());
         }
         if !self.firmware.mailbox_queue.is_empty() {
-            let delay = self.config.latencies.mailbox;
+            let delay = Picoseconds(self.config.timing.mailbox_ps);
             self.scheduler.schedule_in(delay, Event::MailboxComplete);
         }
     }

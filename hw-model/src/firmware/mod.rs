@@ -2,10 +2,10 @@
 //!
 //! The driver writes descriptors into a ring in host memory and moves the producer
 //! index; the firmware reads them by DMA one command at a time (each command costs
-//! [`Latencies::command`](crate::config::Latencies) of virtual time), executes them,
+//! [`TimingParams::firmware_command_ps`](crate::timing::TimingParams) of virtual time), executes them,
 //! writes each descriptor's return code and response back, and advances the consumer
 //! index. Mailbox commands (object contexts) are queued by POST_MB and complete after
-//! [`Latencies::mailbox`](crate::config::Latencies).
+//! [`TimingParams::mailbox_ps`](crate::timing::TimingParams).
 
 mod cmdq;
 mod mailbox;

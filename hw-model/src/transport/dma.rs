@@ -141,8 +141,29 @@ impl Device {
         })
     }
 
+    /// Timing of a payload access through `region`: one MTT translation-cache lookup per
+    /// buffer page touched (a miss walks the region's BT levels).
+    fn charge_translation(&mut self, region: &MrTranslation, length: usize) {
+        let Some(mtr) = &region.mtr else {
+            return;
+        };
+        if length == 0 {
+            return;
+        }
+        let shift = mtr.buffer_page_shift;
+        let levels = u32::from(mtr.regions().first().map_or(0, |r| r.hop));
+        let first = region.offset >> shift;
+        let last = (region.offset + length as u64 - 1) >> shift;
+        for page in first..=last {
+            let cost = self.timing.mtt_lookup(mtr.root, page, levels);
+            self.timing.frame.latency = self.timing.frame.latency + cost;
+        }
+    }
+
     /// Reads through a checked region access (`buffer.len()` bytes from its start).
     pub(crate) fn read_region(&mut self, region: &MrTranslation, buffer: &mut [u8]) -> Result<(), TransferError> {
+        self.charge_translation(region, buffer.len());
+        self.timing.frame.read_bytes += buffer.len() as u64;
         match &region.mtr {
             Some(mtr) => self.read_buffer(mtr, region.offset, buffer),
             None => Ok(self.dma_read(region.offset, buffer)?),
@@ -151,6 +172,7 @@ impl Device {
 
     /// Writes through a checked region access.
     pub(crate) fn write_region(&mut self, region: &MrTranslation, data: &[u8]) -> Result<(), TransferError> {
+        self.charge_translation(region, data.len());
         match &region.mtr {
             Some(mtr) => self.write_buffer(mtr, region.offset, data),
             None => Ok(self.dma_write(region.offset, data)?),

@@ -19,9 +19,14 @@
 //! [`Device::recycle_frame`] gives a transmitted buffer back so the data path does not
 //! allocate per packet.
 //!
-//! The port transmits one frame at a time: a `TransportTx` event picks the next QP with
-//! work from a round-robin ring, builds its next packet (responses before requests) and
-//! schedules itself again when the frame has been serialised.
+//! The port is timed by the timing model ([`crate::timing`]): a `TransportTx` event picks
+//! the next QP with work from a round-robin ring and builds its next packet (responses
+//! before requests) into the transmit pipeline, which holds at most
+//! `tx_pipeline_depth` frames. A frame is ready after the costs charged while building it
+//! (WQE fetch, context miss, MTT, payload DMA read, transmit pipeline), starts on the wire
+//! when it is ready and the port is free, and leaves the port after its serialisation.
+//! Received frames wait in the receive pipeline (receive pipeline cycles, payload DMA
+//! write, CQE write) before the engines process them.
 
 pub(crate) mod completer;
 pub(crate) mod dma;
@@ -46,6 +51,7 @@ use rnic_firmware_if::mailbox::ContextTable;
 use crate::device::{Device, Event};
 use crate::diagnostics::Source;
 use crate::time::Picoseconds;
+use crate::timing::{FrameCharges, Stage};
 use crate::wire;
 
 use qp_runtime::{QpRuntime, Response};
@@ -82,13 +88,6 @@ const POOL_LIMIT: usize = 1024;
 const TRANSMIT_QUEUE_LIMIT: usize = 4096;
 /// Capacity a new frame buffer gets: the largest RoCEv2 frame (4 KiB payload and headers).
 const FRAME_CAPACITY: usize = 4096 + 128;
-/// Line rate of the port in bits per second. Placeholder until the timing issue
-/// calibrates the model: 100 Gb/s serialisation plus preamble, SFD, FCS and the
-/// inter-frame gap (24 bytes) per frame.
-const LINE_RATE_BPS: u64 = 100_000_000_000;
-/// Bytes on the wire per frame besides the frame itself (preamble 7, SFD 1, FCS 4, IFG 12).
-const FRAME_OVERHEAD: u64 = 24;
-
 /// What the transport counted since power-on or the last function reset.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TransportCounters {
@@ -139,13 +138,20 @@ pub(crate) struct Transport {
     pub qps: BTreeMap<u32, Box<QpRuntime>>,
     /// QPs that may have something to transmit, served round robin.
     pub active: VecDeque<u32>,
-    /// A `TransportTx` event is pending.
-    pub tx_scheduled: bool,
-    /// The port is serialising `on_wire` until then; an earlier `TransportTx` (from a
-    /// kick during a transmit slot) finds it busy and leaves the frame alone.
-    pub busy_until: Picoseconds,
-    /// The frame being serialised.
-    pub on_wire: Option<Vec<u8>>,
+    /// The earliest pending `TransportTx` event that is not stale.
+    pub next_tx_at: Option<Picoseconds>,
+    /// Frames built and not yet off the wire, with the time their last bit leaves.
+    pub pipeline: VecDeque<(Picoseconds, Vec<u8>)>,
+    /// The port is serialising until then.
+    pub port_free: Picoseconds,
+    /// The PCIe read channel (completions to the device) is busy until then.
+    pub pcie_read_free: Picoseconds,
+    /// Received frames in the receive pipeline, with the time the engines process them.
+    pub rx_queue: VecDeque<(Picoseconds, Vec<u8>)>,
+    /// The receive pipeline's PCIe write channel is busy until then.
+    pub rx_free: Picoseconds,
+    /// Processing time of the last received frame (frames are processed in order).
+    pub rx_last: Picoseconds,
     /// Frames that left the port, for `poll_transmit`.
     pub transmitted: VecDeque<Vec<u8>>,
     /// Free frame buffers.
@@ -169,9 +175,13 @@ impl Transport {
         Self {
             qps: BTreeMap::new(),
             active: VecDeque::with_capacity(64),
-            tx_scheduled: false,
-            busy_until: Picoseconds::ZERO,
-            on_wire: None,
+            next_tx_at: None,
+            pipeline: VecDeque::with_capacity(32),
+            port_free: Picoseconds::ZERO,
+            pcie_read_free: Picoseconds::ZERO,
+            rx_queue: VecDeque::with_capacity(64),
+            rx_free: Picoseconds::ZERO,
+            rx_last: Picoseconds::ZERO,
             transmitted: VecDeque::with_capacity(256),
             pool: Vec::with_capacity(64),
             ipv4_identification: 0,
@@ -207,12 +217,6 @@ impl Transport {
     }
 }
 
-/// Serialisation time of a frame of `bytes` bytes at the placeholder line rate.
-fn serialisation_time(bytes: usize) -> Picoseconds {
-    let bits = (bytes as u64 + FRAME_OVERHEAD) * 8;
-    Picoseconds(bits * 1_000_000_000_000 / LINE_RATE_BPS)
-}
-
 // ---- the port -------------------------------------------------------------------------
 
 impl Device {
@@ -221,9 +225,88 @@ impl Device {
         self.transport.transmitted.pop_front()
     }
 
-    /// Delivers an Ethernet frame (without FCS) to the device's port now.
+    /// Delivers an Ethernet frame (without FCS) to the device's port now. The engines
+    /// process it when it has been through the receive pipeline (at once with zero
+    /// receive-side costs, e.g. the `ideal` preset).
     pub fn receive_frame(&mut self, frame: &[u8]) {
         self.transport.counters.frames_received += 1;
+        let now = self.now();
+        let params = *self.timing.params();
+        let info = classify(frame);
+        self.timing.frame = FrameCharges {
+            qpn: info.qpn,
+            ..FrameCharges::default()
+        };
+        let start = now.max(self.transport.rx_free);
+        if start > now {
+            self.timing.record(Stage::RxQueue, Picoseconds(start.0 - now.0));
+        }
+        let pipeline = params.cycles(params.rx_pipeline_cycles);
+        self.timing.record(Stage::RxPipeline, pipeline);
+        let write = params.pcie_write_transfer(info.payload);
+        if info.payload > 0 {
+            self.timing.record(Stage::PayloadWrite, write);
+        }
+        let mut link = write;
+        let mut cqe = Picoseconds::ZERO;
+        if info.may_complete {
+            cqe = params.cqe_write();
+            link = link + params.pcie_write_transfer(64);
+            self.timing.record(Stage::CqeWrite, cqe);
+        }
+        self.transport.rx_free = start + link;
+        let due = (start + pipeline + write + cqe).max(self.transport.rx_last);
+        self.transport.rx_last = due;
+        if due == now && self.transport.rx_queue.is_empty() {
+            self.process_frame(info.qpn, frame);
+            return;
+        }
+        let mut buffer = self.transport.take_buffer();
+        buffer.extend_from_slice(frame);
+        self.transport.rx_queue.push_back((due, buffer));
+        self.scheduler.schedule_at(due, Event::TransportRx);
+    }
+
+    /// The receive pipeline delivers every frame due by now to the engines.
+    pub(crate) fn transport_rx_event(&mut self) {
+        while self
+            .transport
+            .rx_queue
+            .front()
+            .is_some_and(|(due, _)| *due <= self.now())
+        {
+            let Some((_, frame)) = self.transport.rx_queue.pop_front() else {
+                break;
+            };
+            self.process_frame(classify(&frame).qpn, &frame);
+            self.transport.give_buffer(frame);
+        }
+    }
+
+    /// Runs a received frame through the engines; receive-side costs found on the way
+    /// (translation, atomics' reads) delay the QP's next response.
+    fn process_frame(&mut self, qpn: u32, frame: &[u8]) {
+        self.timing.frame = FrameCharges {
+            qpn,
+            ..FrameCharges::default()
+        };
+        self.parse_and_dispatch(frame);
+        let charges = std::mem::take(&mut self.timing.frame);
+        let mut delay = charges.latency;
+        if charges.read_bytes > 0 {
+            let read = self.timing.params().pcie_read(charges.read_bytes);
+            self.timing.record(Stage::PayloadRead, read);
+            delay = delay + read;
+        }
+        if delay > Picoseconds::ZERO {
+            let ready = self.now() + delay;
+            if let Some(runtime) = self.transport.qps.get_mut(&charges.qpn) {
+                runtime.response_ready = runtime.response_ready.max(ready);
+            }
+        }
+    }
+
+    fn parse_and_dispatch(&mut self, frame: &[u8]) {
         let parsed = match wire::parse_frame(frame) {
             Ok(parsed) => parsed,
             Err(error) => {
@@ -267,22 +350,50 @@ impl Device {
             runtime.in_ring = true;
             self.transport.active.push_back(qpn);
         }
-        if !self.transport.tx_scheduled {
-            self.transport.tx_scheduled = true;
-            self.scheduler.schedule_in(delay, Event::TransportTx);
+        self.schedule_tx(self.now() + delay);
+    }
+
+    /// Makes sure a `TransportTx` event runs at `at` or earlier.
+    fn schedule_tx(&mut self, at: Picoseconds) {
+        if self.transport.next_tx_at.is_some_and(|t| t <= at) {
+            return;
+        }
+        self.transport.next_tx_at = Some(at);
+        self.scheduler.schedule_at(at, Event::TransportTx);
+    }
+
+    /// The port: frames whose last bit left go out (or loop back); the next frame is
+    /// built if the pipeline has room and the PCIe read channel is free.
+    pub(crate) fn transport_tx_event(&mut self) {
+        let now = self.now();
+        if self.transport.next_tx_at != Some(now) {
+            return; // superseded by an earlier event
+        }
+        self.transport.next_tx_at = None;
+        while self.transport.pipeline.front().is_some_and(|(end, _)| *end <= now) {
+            if let Some((_, frame)) = self.transport.pipeline.pop_front() {
+                self.frame_left_port(frame);
+            }
+        }
+        let depth = self.timing.params().tx_pipeline_depth;
+        let room = self.transport.pipeline.len() < depth;
+        let pcie_free = self.transport.pcie_read_free <= now;
+        let tried = room && pcie_free;
+        let built = tried && self.build_next_frame();
+        let mut next = self.transport.pipeline.front().map(|(end, _)| *end);
+        let room = self.transport.pipeline.len() < depth;
+        if room && !self.transport.active.is_empty() && (built || !tried) {
+            let at = now.max(self.transport.pcie_read_free);
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        if let Some(at) = next {
+            self.schedule_tx(at);
         }
     }
 
-    /// The port finished the frame on the wire (if any) and picks the next one.
-    pub(crate) fn transport_tx_event(&mut self) {
-        if self.now() < self.transport.busy_until {
-            // The event at `busy_until` is pending and will pick the next frame.
-            return;
-        }
-        self.transport.tx_scheduled = false;
-        if let Some(frame) = self.transport.on_wire.take() {
-            self.frame_left_port(frame);
-        }
+    /// Builds the next frame of the next QP in the ring with something to send, into the
+    /// transmit pipeline; returns whether one was built.
+    fn build_next_frame(&mut self) -> bool {
         let mut budget = self.transport.active.len();
         while budget > 0 {
             budget -= 1;
@@ -293,9 +404,13 @@ impl Device {
                 Some(runtime) => runtime.in_ring = false,
                 None => continue,
             }
-            let frame = match self.responder_next_packet(qpn) {
-                Some(frame) => Some(frame),
-                None => self.requester_next_packet(qpn),
+            self.timing.frame = FrameCharges {
+                qpn,
+                ..FrameCharges::default()
+            };
+            let (frame, response) = match self.responder_next_packet(qpn) {
+                Some(frame) => (Some(frame), true),
+                None => (self.requester_next_packet(qpn), false),
             };
             if self.qp_has_work(qpn) {
                 if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
@@ -306,14 +421,47 @@ impl Device {
                 }
             }
             if let Some(frame) = frame {
-                let done = self.now() + serialisation_time(frame.len());
-                self.transport.on_wire = Some(frame);
-                self.transport.busy_until = done;
-                self.transport.tx_scheduled = true;
-                self.scheduler.schedule_at(done, Event::TransportTx);
-                return;
+                self.launch_frame(qpn, frame, response);
+                return true;
             }
         }
+        false
+    }
+
+    /// Times a frame just built: payload read, transmit pipeline, waiting for the port,
+    /// serialisation; puts it in the pipeline.
+    fn launch_frame(&mut self, qpn: u32, frame: Vec<u8>, response: bool) {
+        let now = self.now();
+        let params = *self.timing.params();
+        let charges = std::mem::take(&mut self.timing.frame);
+        self.timing.frame.qpn = qpn;
+        let mut latency = charges.latency;
+        if response {
+            if let Some(runtime) = self.transport.qps.get(&qpn) {
+                latency = latency + Picoseconds(runtime.response_ready.0.saturating_sub(now.0));
+            }
+        }
+        let mut link = charges.read_link;
+        if charges.read_bytes > 0 {
+            let transfer = params.pcie_read_transfer(charges.read_bytes);
+            let read = Picoseconds(params.pcie_read_latency_ps) + transfer;
+            self.timing.record(Stage::PayloadRead, read);
+            latency = latency + read;
+            link = link + transfer;
+        }
+        self.transport.pcie_read_free = now + link;
+        let pipeline = params.cycles(params.tx_pipeline_cycles);
+        self.timing.record(Stage::TxPipeline, pipeline);
+        let ready = now + latency + pipeline;
+        let start = ready.max(self.transport.port_free);
+        if start > ready {
+            self.timing.record(Stage::PortQueue, Picoseconds(start.0 - ready.0));
+        }
+        let serialisation = params.serialisation(frame.len() as u64);
+        self.timing.record(Stage::Serialisation, serialisation);
+        let end = start + serialisation;
+        self.transport.port_free = end;
+        self.transport.pipeline.push_back((end, frame));
     }
 
     /// Whether QP `qpn` may have a packet to send.
@@ -438,6 +586,56 @@ impl Device {
     }
 }
 
+/// What the receive pipeline needs to know of a frame before the engines see it.
+#[derive(Debug, Clone, Copy, Default)]
+struct RxInfo {
+    qpn: u32,
+    /// Payload bytes the frame's data DMA writes (SEND, WRITE, READ response).
+    payload: u64,
+    /// Whether processing it may write a CQE (message end at the responder; ACK, last
+    /// READ response or atomic ACK at the requester).
+    may_complete: bool,
+}
+
+/// A light look at a frame's headers (no checks: the engines do them).
+fn classify(frame: &[u8]) -> RxInfo {
+    let get = |at: usize| frame.get(at).copied().unwrap_or(0);
+    let be16 = |at: usize| u16::from_be_bytes([get(at), get(at + 1)]);
+    let (mut l3, mut ethertype) = (14usize, be16(12));
+    if ethertype == 0x8100 {
+        l3 = 18;
+        ethertype = be16(16);
+    }
+    let ip = match ethertype {
+        0x0800 => usize::from(get(l3) & 0xF) * 4,
+        0x86DD => 40,
+        _ => return RxInfo::default(),
+    };
+    let bth = l3 + ip + 8;
+    if frame.len() < bth + 12 {
+        return RxInfo::default();
+    }
+    let opcode = wire::opcode::BthOpcode(get(bth));
+    let qpn = u32::from_be_bytes([0, get(bth + 5), get(bth + 6), get(bth + 7)]);
+    let pad = u64::from((get(bth + 1) >> 4) & 3);
+    let headers = (bth + opcode.transport_header_len() + 4) as u64;
+    let payload = if opcode.has_payload() && !opcode.is_read_request() && !opcode.is_atomic() {
+        (frame.len() as u64).saturating_sub(headers + pad)
+    } else {
+        0
+    };
+    let may_complete = opcode.is_ack()
+        || opcode.is_atomic_ack()
+        || (opcode.is_read_response() && opcode.ends_message())
+        || (opcode.is_send() && opcode.ends_message())
+        || (opcode.is_write() && opcode.has_immediate() && opcode.ends_message());
+    RxInfo {
+        qpn,
+        payload,
+        may_complete,
+    }
+}
+
 /// A MAC address as a number for diagnostics.
 pub(crate) fn mac_value(mac: &[u8; 6]) -> u64 {
     mac.iter().fold(0u64, |acc, b| acc << 8 | u64::from(*b))
@@ -512,7 +710,9 @@ impl Device {
         };
         runtime.requester.producer = producer_index;
         runtime.requester.stalled = false;
-        let delay = self.config.latencies.doorbell;
+        let delay = Picoseconds(self.timing.params().doorbell_ps);
+        self.timing.frame.qpn = qpn;
+        self.timing.record(Stage::Doorbell, delay);
         self.kick_qp(qpn, delay);
     }
 

@@ -440,6 +440,9 @@ pub(crate) struct QpRuntime {
     pub responder: Responder,
     /// In the port's round-robin ring.
     pub in_ring: bool,
+    /// The next response this QP builds is not ready before then: receive-side costs
+    /// (translation, atomics' reads) of the requests it answers (timing model).
+    pub response_ready: Picoseconds,
 }
 
 impl QpRuntime {
@@ -451,6 +454,7 @@ impl QpRuntime {
             responder: Responder::new(qpc, &config),
             config,
             in_ring: false,
+            response_ready: Picoseconds::ZERO,
         }
     }
 }

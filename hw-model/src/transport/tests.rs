@@ -1,5 +1,5 @@
 //! In-crate tests of the transport's port: what it does with frames that are not for a
-//! live QP, the buffer pool and the line-rate placeholder. End-to-end behaviour (two
+//! live QP, the buffer pool and the timing model's serialisation. End-to-end behaviour (two
 //! NICs through the register interface and the fabric) is tested in
 //! `testbench/tests/transport_*.rs`.
 
@@ -64,7 +64,9 @@ fn write_only(device: &Device, qpn: u32) -> Vec<u8> {
 fn garbage_is_dropped_counted_and_named() {
     let mut device = device();
     device.receive_frame(&[]);
+    device.advance_to(device.now() + Picoseconds::from_micros(10));
     device.receive_frame(&[0xFF; 60]);
+    device.advance_to(device.now() + Picoseconds::from_micros(10));
     let counters = device.transport_counters();
     assert_eq!(counters.frames_received, 2);
     assert_eq!(counters.frames_dropped, 2);
@@ -80,6 +82,7 @@ fn a_bad_icrc_is_counted_as_such() {
     let last = frame.len() - 1;
     frame[last] ^= 1;
     device.receive_frame(&frame);
+    device.advance_to(device.now() + Picoseconds::from_micros(10));
     assert_eq!(device.transport_counters().icrc_errors, 1);
     assert_eq!(device.diagnostics().last().unwrap().field, "ICRC");
 }
@@ -89,6 +92,7 @@ fn frames_for_no_live_qp_or_another_address_are_dropped() {
     let mut device = device();
     let frame = write_only(&device, 0x10);
     device.receive_frame(&frame);
+    device.advance_to(device.now() + Picoseconds::from_micros(10));
     assert_eq!(device.diagnostics().last().unwrap().field, "BTH DestQP");
     // Another destination MAC.
     let mut repaired = Vec::new();
@@ -97,6 +101,7 @@ fn frames_for_no_live_qp_or_another_address_are_dropped() {
     repr.ethernet.destination[5] ^= 0x40;
     wire::emit_frame(&repr, parsed.payload, &mut repaired);
     device.receive_frame(&repaired);
+    device.advance_to(device.now() + Picoseconds::from_micros(10));
     assert_eq!(device.diagnostics().last().unwrap().field, "destination MAC");
     // Another destination IP.
     let mut repr = parsed.repr;
@@ -105,6 +110,7 @@ fn frames_for_no_live_qp_or_another_address_are_dropped() {
     }
     wire::emit_frame(&repr, parsed.payload, &mut repaired);
     device.receive_frame(&repaired);
+    device.advance_to(device.now() + Picoseconds::from_micros(10));
     assert_eq!(device.diagnostics().last().unwrap().field, "destination IP");
     assert_eq!(device.transport_counters().frames_dropped, 3);
     assert_eq!(device.poll_transmit(), None, "nothing is answered");
@@ -122,8 +128,9 @@ fn recycled_buffers_are_reused_and_the_pool_is_bounded() {
 }
 
 #[test]
-fn serialisation_follows_the_placeholder_line_rate() {
-    // (1000 + 24) bytes × 8 bits at 100 Gb/s = 81.92 ns.
-    assert_eq!(serialisation_time(1000), Picoseconds(81_920));
-    assert_eq!(serialisation_time(0), Picoseconds(1_920));
+fn serialisation_follows_the_timing_model() {
+    // (1000 + 8 preamble + 12 IFG + 4 FCS) bytes × 8 bits at 100 Gb/s = 81.92 ns.
+    let params = crate::timing::TimingParams::hns_100g();
+    assert_eq!(params.serialisation(1000), Picoseconds(81_920));
+    assert_eq!(params.serialisation(0), Picoseconds(1_920));
 }

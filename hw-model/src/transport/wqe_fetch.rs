@@ -138,6 +138,14 @@ impl Device {
         let mut raw = [0u8; SQ_WQE_SIZE];
         self.read_buffer(&buffer.mtr, buffer.sq_wqe_offset(u32::from(index)), &mut raw)
             .map_err(|e| FetchError::Unreachable(e.to_string()))?;
+        // Timing: the QPC (context cache), then one PCIe read round trip for the WQE.
+        let context = self.timing.context_lookup(config.qpn);
+        let params = *self.timing.params();
+        let fetch = params.wqe_fetch();
+        self.timing.record(crate::timing::Stage::WqeFetch, fetch);
+        let frame = &mut self.timing.frame;
+        frame.latency = frame.latency + context + fetch;
+        frame.read_link = frame.read_link + params.pcie_read_transfer(params.wqe_bytes);
         let ring = (config.sge_slots > 0).then(|| ExtRing {
             mtr: buffer.mtr,
             offset: buffer.region_offsets[1],

@@ -58,7 +58,7 @@ pub enum UserMemoryLayout {
 /// Configuration of an [`EmbeddedDevice`].
 #[derive(Debug, Clone)]
 pub struct EmbeddedConfig {
-    /// The device model's configuration (identity, caps, MAC, latencies).
+    /// The device model's configuration (identity, caps, MAC, timing parameters).
     pub device: DeviceConfig,
     /// Virtual time one MMIO access costs.
     pub mmio_cost: Picoseconds,
@@ -227,6 +227,16 @@ impl EmbeddedFabric {
     pub fn advance(&self, span: Picoseconds) {
         let mut fabric = lock(&self.fabric);
         let target = fabric.now() + span;
+        fabric.advance_to(target);
+    }
+
+    /// Runs everything due at the next pending instant (a device event, a frame arrival),
+    /// or lets `limit` pass if nothing is due before `now + limit`: a poll loop that wakes
+    /// exactly when something can have changed.
+    pub fn advance_to_next_event(&self, limit: Picoseconds) {
+        let mut fabric = lock(&self.fabric);
+        let now = fabric.now();
+        let target = fabric.next_event_time().map_or(now + limit, |t| t.min(now + limit));
         fabric.advance_to(target);
     }
 

@@ -1,0 +1,276 @@
+//! rnic-bench across processes: two `rnic-emu serve` processes with `udp:` backends, and
+//! two bench processes (one `--server`, one `--client`) each attached to one emulator over
+//! vfio-user, meeting on loopback TCP. RC WRITE, READ, SEND and fetch-and-add, and UD
+//! SEND, every byte checked; a bench client killed with SIGKILL mid-traffic leaves both emulators serving
+//! the next pair of bench processes.
+//!
+//! The emulators are the real binary (`CARGO_BIN_EXE_rnic-emu`). The bench processes are
+//! this test executable run again (`bench_child`, ignored unless asked for by name) calling
+//! `rnic_testbench::remote::run`, the function `rnic-bench --server/--client` runs. Cargo
+//! builds a workspace binary only for the integration tests of its own package, so the
+//! `rnic-bench` binary may be missing or stale when only this package is tested; the test
+//! executable itself is always present and current.
+//!
+//! Loopback addresses 127.0.0.41–44: net_udp.rs binds 127.0.0.1/.2, and test binaries
+//! run in parallel under nextest.
+
+mod common;
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::socket_path;
+use rnic_testbench::bench::{BenchConfig, Operation};
+use rnic_testbench::remote::{self, RemoteConfig, Role};
+
+/// The environment variable that turns `bench_child` into a bench process.
+const CHILD_ENV: &str = "RNIC_BENCH_CHILD";
+
+fn mac(n: u8) -> String {
+    format!("02:52:4e:49:43:{n:02x}")
+}
+
+/// A process killed (SIGKILL) and reaped on drop, so nothing outlives a failed test.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Process {
+    fn running(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+
+    /// Waits up to `limit` for the exit; returns its success and stdout.
+    fn finish(mut self, limit: Duration) -> (bool, String) {
+        let deadline = Instant::now() + limit;
+        while self.running() {
+            assert!(Instant::now() < deadline, "process {} still running", self.0.id());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let status = self.0.wait().unwrap();
+        let mut out = String::new();
+        if let Some(mut stdout) = self.0.stdout.take() {
+            use std::io::Read;
+            stdout.read_to_string(&mut out).unwrap();
+        }
+        (status.success(), out)
+    }
+}
+
+/// An emulator on `udp:127.0.0.n`.
+struct Emulator {
+    process: Process,
+    socket: PathBuf,
+    n: u8,
+}
+
+impl Emulator {
+    fn start(n: u8) -> Self {
+        let socket = socket_path(&format!("bench{n}"));
+        let child = Command::new(env!("CARGO_BIN_EXE_rnic-emu"))
+            .arg("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--net", &format!("udp:127.0.0.{n}"), "--mac", &mac(n), "--log", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn rnic-emu");
+        let mut process = Process(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(process.running(), "rnic-emu on 127.0.0.{n} exited");
+            assert!(Instant::now() < deadline, "rnic-emu on 127.0.0.{n} not listening");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Self { process, socket, n }
+    }
+
+    fn device(&self) -> String {
+        format!("vfio-user:{},mac={}", self.socket.display(), mac(self.n))
+    }
+}
+
+impl Drop for Emulator {
+    /// SIGKILL leaves the socket file behind: remove it.
+    fn drop(&mut self) {
+        let _ = self.process.0.kill();
+        let _ = self.process.0.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// A loopback TCP port nobody listens on right now.
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts a bench process: `role` is `server` or `client`.
+fn bench(role: &str, port: u16, emulator: &Emulator, operation: &str, size: usize, iters: u64) -> Process {
+    bench_on(role, port, emulator, operation, size, iters, "rc")
+}
+
+/// [`bench`] on `rc` or `ud` queue pairs.
+fn bench_on(
+    role: &str,
+    port: u16,
+    emulator: &Emulator,
+    operation: &str,
+    size: usize,
+    iters: u64,
+    transport: &str,
+) -> Process {
+    let arguments = [
+        role.to_string(),
+        port.to_string(),
+        emulator.device(),
+        format!("127.0.0.{}", emulator.n),
+        operation.to_string(),
+        size.to_string(),
+        iters.to_string(),
+        transport.to_string(),
+    ];
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "bench_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, arguments.join("\n"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn bench process");
+    Process(child)
+}
+
+/// The JSON object a bench process printed.
+fn report(out: &str) -> serde_json::Value {
+    // libtest prints `test bench_child ... ` on the same line, before the report.
+    let line = out
+        .lines()
+        .find_map(|line| line.split_once("BENCH-JSON ").map(|(_, json)| json))
+        .unwrap_or_else(|| panic!("no report in {out:?}"));
+    serde_json::from_str(line).unwrap()
+}
+
+/// Runs one server/client pair to the end and checks both reports.
+fn run_pair(a: &Emulator, b: &Emulator, operation: &str, size: usize, iters: u64) {
+    run_pair_on(a, b, operation, size, iters, "rc");
+}
+
+/// [`run_pair`] on `rc` or `ud` queue pairs.
+fn run_pair_on(a: &Emulator, b: &Emulator, operation: &str, size: usize, iters: u64, transport: &str) {
+    let port = free_port();
+    let server = bench_on("server", port, b, operation, size, iters, transport);
+    let client = bench_on("client", port, a, operation, size, iters, transport);
+    let (client_ok, client_out) = client.finish(Duration::from_secs(30));
+    let (server_ok, server_out) = server.finish(Duration::from_secs(10));
+    assert!(
+        client_ok && server_ok,
+        "{operation}: client {client_out}\nserver {server_out}"
+    );
+    let messages = iters * QPS as u64;
+    let bytes = messages * if operation == "atomic" { 8 } else { size as u64 };
+    for out in [&client_out, &server_out] {
+        let json = report(out);
+        assert_eq!(json["op"], operation);
+        assert_eq!(json["messages_ok"], messages, "{json}");
+        assert_eq!(json["messages_failed"], 0, "{json}");
+        assert_eq!(json["bytes_verified"], bytes, "{json}");
+        assert_eq!(json["qps"], QPS);
+    }
+}
+
+const QPS: usize = 2;
+
+#[test]
+fn rc_write_read_send_atomics_and_ud_send_between_two_emulator_processes() {
+    let a = Emulator::start(41);
+    let b = Emulator::start(42);
+    for operation in ["write", "read", "send", "atomic"] {
+        run_pair(&a, &b, operation, 5000, 48);
+    }
+    // UD SEND: one MTU (1024) at most, a GRH in front of each receive.
+    run_pair_on(&a, &b, "send", 1000, 48, "ud");
+    drop((a, b));
+}
+
+#[test]
+fn a_killed_bench_client_leaves_the_emulators_serving() {
+    let mut a = Emulator::start(43);
+    let mut b = Emulator::start(44);
+    let port = free_port();
+    let mut server = bench("server", port, &b, "write", 4096, 10_000_000);
+    let mut client = bench("client", port, &a, "write", 4096, 10_000_000);
+    // Let traffic run for a while, then SIGKILL the client mid-run.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(client.running() && server.running(), "both benches still running");
+    client.0.kill().unwrap();
+    client.0.wait().unwrap();
+    // The server sees the control connection drop and gives up with an error.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.running() {
+        assert!(
+            Instant::now() < deadline,
+            "bench server did not notice the client's death"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(a.process.running() && b.process.running(), "both emulators survive");
+    // A new pair of bench processes attaches to the same emulators and works.
+    run_pair(&a, &b, "write", 4096, 32);
+    run_pair(&a, &b, "read", 4096, 32);
+    assert!(a.process.running() && b.process.running());
+}
+
+/// The bench process of the tests above: does nothing unless started by them.
+#[test]
+#[ignore = "a child process of the tests in this file"]
+fn bench_child() {
+    let Ok(arguments) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let arguments: Vec<&str> = arguments.split('\n').collect();
+    let port: u16 = arguments[1].parse().unwrap();
+    let role = match arguments[0] {
+        "server" => Role::Server { port },
+        _ => Role::Client {
+            host: "127.0.0.1".into(),
+            port,
+        },
+    };
+    let config = RemoteConfig {
+        bench: BenchConfig {
+            operation: arguments[4].parse::<Operation>().unwrap(),
+            size: arguments[5].parse().unwrap(),
+            iterations: arguments[6].parse().unwrap(),
+            queue_pairs: QPS,
+            mtu: 1024,
+            verify: true,
+            ..BenchConfig::default()
+        },
+        device: arguments[2].to_string(),
+        ipv4: Some(arguments[3].parse().unwrap()),
+        role,
+        ud: arguments[7] == "ud",
+    };
+    let code = match remote::run(&config) {
+        Ok(report) => {
+            println!("\nBENCH-JSON {}", report.to_json());
+            i32::from(report.messages_failed != 0)
+        }
+        Err(error) => {
+            eprintln!("bench {}: {error}", arguments[0]);
+            1
+        }
+    };
+    std::process::exit(code);
+}
