@@ -288,6 +288,13 @@ impl BenchReport {
 
     /// The perftest-shaped table: one header line and one row.
     pub fn to_table(&self) -> String {
+        let mut out = self.table_header();
+        out.push_str(&self.table_row());
+        out
+    }
+
+    /// The table's title line (operation, test, mode, preset, QPs, MTU) and column names.
+    pub fn table_header(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -309,6 +316,12 @@ impl BenchReport {
             "99% pct[usec]",
             "t_max[usec]"
         );
+        out
+    }
+
+    /// One row of the table: this run's figures under [`BenchReport::table_header`].
+    pub fn table_row(&self) -> String {
+        let mut out = String::new();
         let _ = writeln!(
             out,
             " {:>10} {:>12} {:>16.2} {:>19.2} {:>17.3} {:>20.3} {:>15.6} {:>12.3} {:>16.3} {:>15.3} {:>12.3}",
@@ -397,14 +410,36 @@ impl BenchReport {
     }
 }
 
+/// The message sizes of `rnic-bench` without an operation (the sweep): every power of two
+/// from 2 B to 8 MiB.
+pub fn sweep_sizes() -> Vec<usize> {
+    (1..=23).map(|shift| 1usize << shift).collect()
+}
+
+/// Messages per QP at one point of the sweep: about 32 MiB of payload, between 8 and 1000
+/// messages, so each point takes well under a second in either mode.
+pub fn sweep_iterations(size: usize) -> u64 {
+    ((32usize << 20) / size.max(1)).clamp(8, 1000) as u64
+}
+
 /// The byte at offset `i` of message `message` of pair `pair`.
 fn pattern_byte(pair: usize, message: u64, i: usize) -> u8 {
     let x = (message.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (pair as u64) << 56).wrapping_add(i as u64 / 8);
     (x >> ((i % 8) * 8)) as u8 ^ (i as u8)
 }
 
+/// Fills `buffer` with [`pattern_byte`]s, eight at a time: bytes `8k..8k + 8` are the
+/// little-endian bytes of `x + k` XOR their own offsets (low byte `8k mod 256`, then + 1 ..
+/// + 7, which never carries). This was the top self cost of wall-mode runs byte by byte.
 pub(crate) fn fill_pattern(buffer: &mut [u8], pair: usize, message: u64) {
-    for (i, b) in buffer.iter_mut().enumerate() {
+    let base = message.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (pair as u64) << 56;
+    let whole = buffer.len() / 8 * 8;
+    let chunks = buffer.chunks_exact_mut(8);
+    for (k, chunk) in chunks.enumerate() {
+        let offsets = 0x0706_0504_0302_0100u64 | u64::from((k * 8) as u8).wrapping_mul(0x0101_0101_0101_0101);
+        chunk.copy_from_slice(&(base.wrapping_add(k as u64) ^ offsets).to_le_bytes());
+    }
+    for (i, b) in buffer.iter_mut().enumerate().skip(whole) {
         *b = pattern_byte(pair, message, i);
     }
 }
@@ -1112,4 +1147,21 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
     pair.requester_qp
         .post_send(&[request])
         .map_err(|e| BenchError::Post(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_pattern_matches_pattern_byte() {
+        for len in [0, 1, 7, 8, 9, 255, 256, 257, 1000, 4099] {
+            for (pair, message) in [(0, 0), (3, 1), (1023, u64::MAX), (7, 123_456_789)] {
+                let mut buffer = vec![0u8; len];
+                fill_pattern(&mut buffer, pair, message);
+                let expected: Vec<u8> = (0..len).map(|i| pattern_byte(pair, message, i)).collect();
+                assert_eq!(buffer, expected, "len {len} pair {pair} message {message}");
+            }
+        }
+    }
 }

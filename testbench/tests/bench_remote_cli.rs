@@ -51,3 +51,24 @@ fn unsupported_settings_and_missing_devices_are_errors() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains("/nonexistent/rnic.sock"), "{stderr}");
 }
+
+#[test]
+fn timing_only_flags_are_rejected_across_processes() {
+    for flags in [
+        &["--preset", "hns-25g"][..],
+        &["--mode", "wall"],
+        &["--lat"],
+        &["--bw"],
+        &["--breakdown"],
+    ] {
+        let mut args = vec!["write", "--device", "embedded", "--server", "--port", "1"];
+        args.extend_from_slice(flags);
+        let (code, stderr) = bench(&args);
+        assert_eq!(code, Some(1), "{flags:?}: {stderr}");
+        assert!(stderr.contains(flags[0]), "{flags:?}: {stderr}");
+        assert!(stderr.contains("only apply to the in-process bench"), "{stderr}");
+    }
+    let (code, stderr) = bench(&["--device", "embedded", "--server"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("needs an operation"), "{stderr}");
+}

@@ -1,6 +1,7 @@
 //! `rnic-bench`: moves RDMA traffic between two embedded rnic NICs and reports what moved,
 //! perftest-style. See `rnic-bench --help`.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -13,18 +14,20 @@ use rnic_testbench::remote;
 
 /// Runs RDMA operations between two embedded NICs connected by an in-process wire, and
 /// reports messages, bytes verified, retransmissions and frames. The last line of output
-/// with --json is one JSON object.
+/// with --json is one JSON object. Without an operation: a short sweep of message sizes
+/// 2 B..8 MiB for write, read and send in virtual and wall mode, one table per operation
+/// and mode.
 #[derive(Debug, Parser)]
 #[command(name = "rnic-bench", version)]
 struct Arguments {
-    /// Operation: write, read, send or atomic (fetch-and-add).
-    operation: Operation,
-    /// Message size in bytes (atomics always move 8).
-    #[arg(long, default_value_t = 4096)]
-    size: usize,
-    /// Messages per queue pair.
-    #[arg(long, default_value_t = 1000)]
-    iters: u64,
+    /// Operation: write, read, send, atomic (fetch-and-add) or mixed. Absent: the sweep.
+    operation: Option<Operation>,
+    /// Message size in bytes (atomics always move 8) [default: 4096].
+    #[arg(long)]
+    size: Option<usize>,
+    /// Messages per queue pair [default: 1000].
+    #[arg(long)]
+    iters: Option<u64>,
     /// Queue-pair pairs running at once.
     #[arg(long, default_value_t = 1)]
     qps: usize,
@@ -50,9 +53,9 @@ struct Arguments {
     /// Latency test: one message outstanding per QP.
     #[arg(long)]
     lat: bool,
-    /// Timing preset: hns-100g, hns-25g or ideal (see docs/timing.md).
-    #[arg(long, default_value = "hns-100g")]
-    preset: String,
+    /// Timing preset: hns-100g, hns-25g or ideal (see docs/timing.md) [default: hns-100g].
+    #[arg(long)]
+    preset: Option<String>,
     /// TOML file of timing parameters (`preset = "..."` and overrides); replaces --preset.
     #[arg(long)]
     timing_file: Option<PathBuf>,
@@ -63,9 +66,10 @@ struct Arguments {
     /// `propagation_ps`).
     #[arg(long)]
     link_latency_ns: Option<u64>,
-    /// virtual: modelled figures from virtual time; wall: how fast the emulator runs here.
-    #[arg(long, default_value = "virtual")]
-    mode: Mode,
+    /// virtual: modelled figures from virtual time; wall: how fast the emulator runs here
+    /// [default: virtual; the sweep runs both unless given].
+    #[arg(long)]
+    mode: Option<Mode>,
     /// Print the per-message latency breakdown by pipeline stage.
     #[arg(long)]
     breakdown: bool,
@@ -95,8 +99,18 @@ struct Arguments {
 
 fn main() -> ExitCode {
     let arguments = Arguments::parse();
-    let (mut timing, mut preset) = match TimingParams::preset(&arguments.preset) {
-        Ok(params) => (params, arguments.preset.clone()),
+    if arguments.device.is_some() {
+        if let Some(flags) = timing_only_flags(&arguments) {
+            eprintln!(
+                "rnic-bench: {flags} only apply to the in-process bench: across processes the timing is the \
+                 emulators' (rnic-emu serve --timing), and the client reports wall-clock figures"
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let preset_name = arguments.preset.clone().unwrap_or_else(|| "hns-100g".to_string());
+    let (mut timing, mut preset) = match TimingParams::preset(&preset_name) {
+        Ok(params) => (params, preset_name),
         Err(error) => {
             eprintln!("rnic-bench: {error}");
             return ExitCode::FAILURE;
@@ -127,9 +141,9 @@ fn main() -> ExitCode {
         preset.push('+');
     }
     let config = BenchConfig {
-        operation: arguments.operation,
-        size: arguments.size,
-        iterations: arguments.iters,
+        operation: arguments.operation.unwrap_or(Operation::Write),
+        size: arguments.size.unwrap_or(4096),
+        iterations: arguments.iters.unwrap_or(1000),
         queue_pairs: arguments.qps,
         mtu: arguments.mtu,
         faults: arguments.faults,
@@ -140,9 +154,16 @@ fn main() -> ExitCode {
         link_latency: arguments
             .link_latency_ns
             .map_or(Picoseconds(timing.propagation_ps), Picoseconds::from_nanos),
-        mode: arguments.mode,
+        mode: arguments.mode.unwrap_or(Mode::Virtual),
         latency_test: arguments.lat && !arguments.bw,
     };
+    if arguments.operation.is_none() {
+        if arguments.device.is_some() {
+            eprintln!("rnic-bench: --device needs an operation (write, read, send or atomic)");
+            return ExitCode::FAILURE;
+        }
+        return sweep_main(&arguments, config);
+    }
     if let Some(device) = arguments.device.clone() {
         return remote_main(&arguments, config, device);
     }
@@ -209,5 +230,118 @@ fn remote_main(arguments: &Arguments, bench: BenchConfig, device: String) -> Exi
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// The timing-only flags given on the command line, for the error across processes.
+fn timing_only_flags(arguments: &Arguments) -> Option<String> {
+    let flags: Vec<&str> = [
+        ("--preset", arguments.preset.is_some()),
+        ("--timing-file", arguments.timing_file.is_some()),
+        ("--set", !arguments.overrides.is_empty()),
+        ("--link-latency-ns", arguments.link_latency_ns.is_some()),
+        ("--mode", arguments.mode.is_some()),
+        ("--lat", arguments.lat),
+        ("--bw", arguments.bw),
+        ("--breakdown", arguments.breakdown),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect();
+    (!flags.is_empty()).then(|| flags.join(", "))
+}
+
+/// No operation: write, read and send over [`bench::sweep_sizes`] in each mode, one
+/// perftest-shaped table per operation and mode. A progress line goes to stderr when it is a
+/// terminal; with --json, one JSON object per point follows the tables.
+fn sweep_main(arguments: &Arguments, base: BenchConfig) -> ExitCode {
+    if arguments.size.is_some() || arguments.iters.is_some() || arguments.pcap.is_some() {
+        eprintln!("rnic-bench: --size, --iters and --pcap need an operation (the sweep chooses its own sizes)");
+        return ExitCode::FAILURE;
+    }
+    let modes: Vec<Mode> = match arguments.mode {
+        Some(mode) => vec![mode],
+        None => vec![Mode::Virtual, Mode::Wall],
+    };
+    let operations = [Operation::Write, Operation::Read, Operation::Send];
+    let sizes = bench::sweep_sizes();
+    let total = modes.len() * operations.len() * sizes.len();
+    let progress = std::io::stderr().is_terminal();
+    let started = std::time::Instant::now();
+    let mut done = 0;
+    let mut failed = false;
+    let mut json = Vec::new();
+    for &mode in &modes {
+        for operation in operations {
+            let mut header = true;
+            for &size in &sizes {
+                if progress {
+                    eprint!(
+                        "\r\x1b[Krnic-bench: sweep {}/{}: {} {} B, {} mode ({:.1} s)",
+                        done + 1,
+                        total,
+                        operation.name(),
+                        size,
+                        mode.name(),
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                let config = BenchConfig {
+                    operation,
+                    size,
+                    iterations: bench::sweep_iterations(size),
+                    mode,
+                    ..base.clone()
+                };
+                let report = match bench::run(&config) {
+                    Ok((report, _)) => report,
+                    Err(error) => {
+                        if progress {
+                            eprint!("\r\x1b[K");
+                        }
+                        eprintln!(
+                            "rnic-bench: {} {size} B, {} mode: {error}",
+                            operation.name(),
+                            mode.name()
+                        );
+                        return ExitCode::FAILURE;
+                    }
+                };
+                if header {
+                    if progress {
+                        eprint!("\r\x1b[K");
+                    }
+                    print!("{}", report.table_header());
+                    header = false;
+                }
+                if progress {
+                    eprint!("\r\x1b[K");
+                }
+                print!("{}", report.table_row());
+                for failure in &report.failures {
+                    println!("failure: {failure}");
+                }
+                failed |= report.messages_failed != 0;
+                if arguments.json {
+                    json.push(report.to_json());
+                }
+                done += 1;
+            }
+            println!();
+        }
+    }
+    if progress {
+        eprintln!(
+            "rnic-bench: sweep of {total} points took {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    for line in json {
+        println!("{line}");
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
