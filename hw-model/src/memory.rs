@@ -6,7 +6,8 @@
 //! each mapped to a page of some backing buffer, so tests and the embedded backend can
 //! lay buffers out contiguously or scattered, as an IOMMU would.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, RwLock};
 
 use rnic_firmware_if::bits::Layout;
@@ -185,11 +186,35 @@ struct Frame {
     writable: bool,
 }
 
+/// A hasher for frame numbers: one multiply (Fibonacci hashing), enough for keys that
+/// are small consecutive integers, and much cheaper than SipHash or a B-tree search.
+#[derive(Debug, Default, Clone, Copy)]
+struct FrameHasher(u64);
+
+impl Hasher for FrameHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, value: u64) {
+        // The high bits of the product pick the bucket group and the control byte; fold
+        // them down so both halves of the hash are well mixed.
+        let h = (self.0 ^ value).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+type FrameMap = HashMap<u64, Frame, BuildHasherDefault<FrameHasher>>;
+
 /// An address space of 4 KiB frames, each mapped to one frame-sized piece of a
 /// [`Backing`]. Unmapped addresses fail with [`MemoryError::Unmapped`].
 #[derive(Debug, Default)]
 pub struct PagedMemory {
-    frames: RwLock<BTreeMap<u64, Frame>>,
+    frames: RwLock<FrameMap>,
 }
 
 impl PagedMemory {
@@ -246,39 +271,102 @@ impl PagedMemory {
             .contains_key(&(address / FRAME_SIZE))
     }
 
+    /// Checks every frame of the access (mapped, and writable for a write), then calls
+    /// `each` once per run of frames that are contiguous in one backing, with the backing,
+    /// the byte offset in it and the range of the access. A failing access changes nothing
+    /// unless a frame lies outside its backing, in which case the frames before it have
+    /// been accessed, as before.
     fn access(
         &self,
         kind: AccessKind,
         address: u64,
         length: usize,
-        mut each: impl FnMut(&Frame, usize, std::ops::Range<usize>) -> bool,
+        mut each: impl FnMut(&Backing, usize, std::ops::Range<usize>) -> bool,
     ) -> Result<(), MemoryError> {
         if address.checked_add(length as u64).is_none() {
             return Err(MemoryError::Overflow { kind, address, length });
         }
+        if length == 0 {
+            return Ok(());
+        }
         let frames = self.frames.read().unwrap_or_else(|e| e.into_inner());
-        // Two passes: check every frame first, so a failing access changes nothing.
-        for pass in [false, true] {
-            let mut done = 0usize;
-            while done < length {
+        let unmapped = |current: u64| MemoryError::Unmapped {
+            kind,
+            address,
+            length,
+            unmapped: current,
+        };
+        let lookup = |current: u64| -> Result<&Frame, MemoryError> {
+            let frame = frames.get(&(current / FRAME_SIZE)).ok_or(unmapped(current))?;
+            if kind == AccessKind::Write && !frame.writable {
+                return Err(MemoryError::Permission { kind, address: current });
+            }
+            Ok(frame)
+        };
+        let in_frame = (address % FRAME_SIZE) as usize;
+        if in_frame + length <= FRAME_SIZE as usize {
+            // Within one frame (the common small access): one lookup, one call.
+            let frame = lookup(address)?;
+            if !each(&frame.backing, frame.offset + in_frame, 0..length) {
+                return Err(unmapped(address));
+            }
+            return Ok(());
+        }
+        // First pass: check every frame, so a failing access changes nothing.
+        let mut done = 0usize;
+        while done < length {
+            let current = address + done as u64;
+            let chunk = (FRAME_SIZE as usize - (current % FRAME_SIZE) as usize).min(length - done);
+            lookup(current)?;
+            done += chunk;
+        }
+        // Second pass: access runs of frames contiguous in the same backing at once.
+        // `run` is (frame, backing offset, start of the run in the access, end).
+        let mut run: Option<(&Frame, usize, usize, usize)> = None;
+        let mut flush = |run: (&Frame, usize, usize, usize)| -> Result<(), MemoryError> {
+            let (frame, offset, start, end) = run;
+            if each(&frame.backing, offset, start..end) {
+                return Ok(());
+            }
+            // Some frame of the run lies outside its backing: redo it frame by frame so
+            // the error names the first such frame and the ones before it are accessed.
+            let mut done = start;
+            while done < end {
                 let current = address + done as u64;
                 let in_frame = (current % FRAME_SIZE) as usize;
-                let chunk = (FRAME_SIZE as usize - in_frame).min(length - done);
-                let unmapped = MemoryError::Unmapped {
-                    kind,
-                    address,
-                    length,
-                    unmapped: current,
-                };
-                let frame = frames.get(&(current / FRAME_SIZE)).ok_or(unmapped)?;
-                if kind == AccessKind::Write && !frame.writable {
-                    return Err(MemoryError::Permission { kind, address: current });
-                }
-                if pass && !each(frame, frame.offset + in_frame, done..done + chunk) {
-                    return Err(unmapped);
+                let chunk = (FRAME_SIZE as usize - in_frame).min(end - done);
+                let frame = lookup(current)?;
+                if !each(&frame.backing, frame.offset + in_frame, done..done + chunk) {
+                    return Err(unmapped(current));
                 }
                 done += chunk;
             }
+            Ok(())
+        };
+        let mut done = 0usize;
+        while done < length {
+            let current = address + done as u64;
+            let in_frame = (current % FRAME_SIZE) as usize;
+            let chunk = (FRAME_SIZE as usize - in_frame).min(length - done);
+            let frame = lookup(current)?;
+            let offset = frame.offset + in_frame;
+            match run {
+                Some((first, run_offset, start, end))
+                    if Arc::ptr_eq(&first.backing, &frame.backing) && run_offset + (end - start) == offset =>
+                {
+                    run = Some((first, run_offset, start, end + chunk));
+                }
+                _ => {
+                    if let Some(previous) = run.take() {
+                        flush(previous)?;
+                    }
+                    run = Some((frame, offset, done, done + chunk));
+                }
+            }
+            done += chunk;
+        }
+        if let Some(last) = run {
+            flush(last)?;
         }
         Ok(())
     }
@@ -287,14 +375,14 @@ impl PagedMemory {
 impl HostMemory for PagedMemory {
     fn read(&self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
         let length = buffer.len();
-        self.access(AccessKind::Read, address, length, |frame, offset, range| {
-            frame.backing.read_at(offset, &mut buffer[range])
+        self.access(AccessKind::Read, address, length, |backing, offset, range| {
+            backing.read_at(offset, &mut buffer[range])
         })
     }
 
     fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
-        self.access(AccessKind::Write, address, data.len(), |frame, offset, range| {
-            frame.backing.write_at(offset, &data[range])
+        self.access(AccessKind::Write, address, data.len(), |backing, offset, range| {
+            backing.write_at(offset, &data[range])
         })
     }
 }
@@ -374,5 +462,60 @@ mod tests {
         assert_eq!(memory.mapped_frames(), 1);
         assert!(memory.unmap_frame(0x4000));
         assert!(memory.read_u32(0x4000).is_err());
+    }
+
+    #[test]
+    fn multi_frame_accesses_coalesce_runs_and_keep_per_frame_semantics() {
+        let memory = PagedMemory::new();
+        let a = Backing::zeroed(4 * FRAME_SIZE as usize);
+        let b = Backing::zeroed(FRAME_SIZE as usize);
+        // a[0], a[1] contiguous, then b[0], then a[3] (a gap in a), then a[2] read-only.
+        memory.map_contiguous(0x10000, &a, 0, 2, true);
+        memory.map_frame(0x12000, &b, 0, true);
+        memory.map_frame(0x13000, &a, 3, true);
+        memory.map_frame(0x14000, &a, 2, false);
+        let data: Vec<u8> = (0..4 * FRAME_SIZE as usize - 0x10).map(|i| (i % 251) as u8).collect();
+        memory.write(0x10010, &data).unwrap();
+        let mut back = vec![0u8; data.len()];
+        memory.read(0x10010, &mut back).unwrap();
+        assert_eq!(back, data);
+        let mut piece = [0u8; 16];
+        assert!(b.read_at(0, &mut piece));
+        assert_eq!(piece[..], data[2 * FRAME_SIZE as usize - 0x10..][..16]);
+        // The read-only frame refuses a write and nothing else changes.
+        let err = memory.write(0x13FF0, &[7; 32]).unwrap_err();
+        assert_eq!(
+            err,
+            MemoryError::Permission {
+                kind: AccessKind::Write,
+                address: 0x14000
+            }
+        );
+        memory.read(0x10010, &mut back).unwrap();
+        assert_eq!(back, data);
+        // Empty accesses succeed anywhere, as before.
+        assert!(memory.read(0x9000_0000, &mut []).is_ok());
+        assert!(memory.write(0x9000_0000, &[]).is_ok());
+    }
+
+    #[test]
+    fn a_frame_past_its_backing_fails_after_the_frames_before_it() {
+        let memory = PagedMemory::new();
+        let backing = Backing::zeroed(FRAME_SIZE as usize);
+        memory.map_frame(0, &backing, 0, true);
+        memory.map_frame(FRAME_SIZE, &backing, 1, true); // outside the backing
+        let err = memory.write(FRAME_SIZE - 2, &[5; 4]).unwrap_err();
+        assert_eq!(
+            err,
+            MemoryError::Unmapped {
+                kind: AccessKind::Write,
+                address: FRAME_SIZE - 2,
+                length: 4,
+                unmapped: FRAME_SIZE
+            }
+        );
+        let mut first = [0u8; 2];
+        assert!(backing.read_at(FRAME_SIZE as usize - 2, &mut first));
+        assert_eq!(first, [5, 5], "as before: the frames before the bad one were written");
     }
 }

@@ -205,13 +205,21 @@ impl Transport {
 
     /// A frame buffer from the pool.
     pub fn take_buffer(&mut self) -> Vec<u8> {
+        let mut buffer = self.take_frame_buffer();
+        buffer.clear();
+        buffer
+    }
+
+    /// A buffer from the pool that may still hold an old frame's bytes: only for
+    /// [`wire::emit_frame_overwriting`], which writes or zeroes every byte it keeps.
+    pub fn take_frame_buffer(&mut self) -> Vec<u8> {
         self.pool.pop().unwrap_or_else(|| Vec::with_capacity(FRAME_CAPACITY))
     }
 
     /// Returns a buffer to the pool.
-    pub fn give_buffer(&mut self, mut buffer: Vec<u8>) {
+    pub fn give_buffer(&mut self, buffer: Vec<u8>) {
         if self.pool.len() < POOL_LIMIT {
-            buffer.clear();
+            // Not cleared: `take_buffer` clears, and `take_frame_buffer` reuses the bytes.
             self.pool.push(buffer);
         }
     }

@@ -281,10 +281,11 @@ impl Device {
                 source_qp: qpn,
             });
         }
-        let mut buffer = self.transport.take_buffer();
+        let mut buffer = self.transport.take_frame_buffer();
         let mut failure = None;
         let pd = config.pd;
-        wire::emit_frame_with(&repr, payload_length, &mut buffer, |payload| {
+        // On success the gather writes every payload byte; on failure the frame is dropped.
+        wire::emit_frame_overwriting(&repr, payload_length, &mut buffer, |payload| {
             if payload.is_empty() {
                 return;
             }

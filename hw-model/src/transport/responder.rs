@@ -1007,7 +1007,9 @@ impl Device {
             syndrome: op::AETH_ACK,
             msn,
         };
-        let mut buffer = self.transport.take_buffer();
+        // Every emit below writes or zeroes each byte of the frame it keeps; the READ
+        // response's payload is dropped unless the read filled all of it.
+        let mut buffer = self.transport.take_frame_buffer();
         match response {
             Response::Ack { syndrome, .. } => {
                 repr.aeth = Some(AethRepr { syndrome, msn });
@@ -1036,7 +1038,7 @@ impl Device {
                 repr.bth.pad_count = pad_for(length as usize);
                 let mut failure = None;
                 let pd = config.pd;
-                wire::emit_frame_with(&repr, length as usize, &mut buffer, |payload| {
+                wire::emit_frame_overwriting(&repr, length as usize, &mut buffer, |payload| {
                     if payload.is_empty() {
                         return;
                     }

@@ -259,6 +259,25 @@ pub fn emit_frame(repr: &RoceRepr, payload: &[u8], out: &mut Vec<u8>) {
 /// frame, ...). In release builds such a repr is emitted as the opcode dictates: a missing
 /// header is written as zeros and an extra one is ignored.
 pub fn emit_frame_with(repr: &RoceRepr, payload_length: usize, out: &mut Vec<u8>, fill: impl FnOnce(&mut [u8])) {
+    emit_frame_inner(repr, payload_length, out, true, fill);
+}
+
+/// Like [`emit_frame_with`], but the payload bytes `fill` gets are not zeroed first: they
+/// hold whatever `out` held there before, and `fill` must overwrite every one of them (or
+/// the caller must discard the frame). Every other byte of the frame (headers, reserved
+/// fields, pad, ICRC) is written as [`emit_frame_with`] writes it. This saves zero-filling
+/// the payload of every frame when `out` is a recycled buffer.
+pub fn emit_frame_overwriting(repr: &RoceRepr, payload_length: usize, out: &mut Vec<u8>, fill: impl FnOnce(&mut [u8])) {
+    emit_frame_inner(repr, payload_length, out, false, fill);
+}
+
+fn emit_frame_inner(
+    repr: &RoceRepr,
+    payload_length: usize,
+    out: &mut Vec<u8>,
+    zero_payload: bool,
+    fill: impl FnOnce(&mut [u8]),
+) {
     #[cfg(debug_assertions)]
     if let Err(error) = repr.check(payload_length) {
         panic!("emit_frame: inconsistent RoceRepr: {error}");
@@ -268,8 +287,20 @@ pub fn emit_frame_with(repr: &RoceRepr, payload_length: usize, out: &mut Vec<u8>
     let eth_len = repr.ethernet.header_len();
     let ip_len = repr.ip.header_len();
     let udp_len = udp_length(repr, payload_length);
-    out.clear();
-    out.resize(eth_len + ip_len + udp_len, 0);
+    let total = eth_len + ip_len + udp_len;
+    // The payload sits right before the pad and the ICRC.
+    let payload_start = total - ICRC_LEN - pad - payload_length;
+    if zero_payload {
+        out.clear();
+        out.resize(total, 0);
+    } else {
+        // Keep what the buffer held (no memset of the payload); zero everything else, so
+        // the frame's non-payload bytes are exactly those of a zero-filled buffer.
+        out.truncate(total);
+        out.resize(total, 0);
+        out[..payload_start].fill(0);
+        out[payload_start + payload_length..].fill(0);
+    }
     let frame = out.as_mut_slice();
 
     let ethernet = EthernetRepr {
@@ -353,6 +384,7 @@ pub fn emit_frame_with(repr: &RoceRepr, payload_length: usize, out: &mut Vec<u8>
         next(super::opcode::header_len::CNP_RESERVED);
     }
     let payload = next(payload_length);
+    debug_assert_eq!(payload.start, payload_start);
     fill(&mut frame[payload]);
     next(pad);
     let icrc_range = next(ICRC_LEN);

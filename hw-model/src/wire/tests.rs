@@ -1259,3 +1259,26 @@ fn emitted_frames_pass_the_tshark_icrc_oracle() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+#[test]
+fn emit_overwriting_reuses_stale_payload_bytes_and_matches_emit_with() {
+    let repr = frame1_repr();
+    let repr = RoceRepr {
+        reth: Some(RethRepr {
+            dma_length: 5,
+            ..repr.reth.unwrap()
+        }),
+        ..repr
+    };
+    let mut expected = Vec::new();
+    emit_frame_with(&repr, 5, &mut expected, |p| p.copy_from_slice(b"12345"));
+    // A recycled buffer full of old bytes, longer and shorter than the frame.
+    for stale_len in [0, 10, expected.len(), 300] {
+        let mut out = vec![0xAA; stale_len];
+        emit_frame_overwriting(&repr, 5, &mut out, |p| {
+            assert_eq!(p.len(), 5);
+            p.copy_from_slice(b"12345");
+        });
+        assert_eq!(out, expected, "stale length {stale_len}");
+    }
+}
