@@ -9,9 +9,10 @@
 //!   ([`vfio_user::Server`]).
 //!
 //! The library part exists so the integration tests can run the server in-process.
-//! Modules: [`vfio_user`] (the protocol server), [`os`] (the only module with `unsafe`:
-//! memfd, mmap, SCM_RIGHTS, ppoll), [`timing`] (virtual ↔ wall time), [`config`] (the
-//! TOML file), [`pcap`] (`--pcap`), [`net`] (`--net`: the network backends). See `docs/guides/emulator.md`.
+//! Modules: [`vfio_user`] (the protocol server), [`os`] (the OS layer, re-exported from
+//! `rnic-os`, the project's one home for `unsafe`: memfd, mmap, SCM_RIGHTS, ppoll),
+//! [`timing`] (virtual ↔ wall time), [`config`] (the TOML file), [`pcap`] (`--pcap`),
+//! [`net`] (`--net`: the network backends). See `docs/guides/emulator.md`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

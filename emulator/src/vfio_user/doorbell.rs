@@ -112,7 +112,7 @@ impl DoorbellPages {
 
     /// Zeroes every page (device reset).
     pub fn clear(&self) {
-        self.map.zero();
+        self.map.zero(0, self.map.len());
     }
 }
 

@@ -58,8 +58,8 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 /// Bits of [`os::wait_readable`]'s result: the listener, the wake eventfd; then the
 /// network backend's descriptor and the client's, when present, in that order.
-const LISTENER: u32 = 1 << 0;
-const WAKE: u32 = 1 << 1;
+const LISTENER: u64 = 1 << 0;
+const WAKE: u64 = 1 << 1;
 
 /// Protocol limits the server advertises and enforces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -510,7 +510,7 @@ impl Server {
                 if let Some(fd) = self.net.pollable_fd() {
                     fds.push(fd);
                 }
-                let client_bit = 1u32 << fds.len();
+                let client_bit = 1u64 << fds.len();
                 if let Some(client) = &self.client {
                     fds.push(client.stream.as_fd());
                 }

@@ -9,8 +9,6 @@
 //! A Linux VFIO backend will live next to them.
 
 pub mod embedded;
-#[allow(unsafe_code)]
-mod os;
 pub mod vfio_user;
 
 pub use embedded::{EmbeddedConfig, EmbeddedDevice, EmbeddedFabric, UserMemoryLayout};

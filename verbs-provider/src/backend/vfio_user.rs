@@ -51,8 +51,8 @@ use std::time::{Duration, Instant};
 
 use rnic_firmware_if::regs;
 
-use super::os::{self, SharedMapping};
 use crate::device_access::{AccessError, DeviceAccess, DmaBuffer, UserMemory, USER_PAGE_SIZE};
+use rnic_os::{self as os, MappedRegion, Protection};
 
 /// First IOVA (bus address) of the DMA arenas.
 pub const DMA_BASE: u64 = 0x1_0000_0000;
@@ -299,7 +299,7 @@ impl Connection {
     fn receive_exact(stream: &UnixStream, buffer: &mut [u8], fds: &mut Vec<OwnedFd>) -> io::Result<()> {
         let mut have = 0;
         while have < buffer.len() {
-            let n = os::recv_with_fds(stream.as_fd(), &mut buffer[have..], fds)?;
+            let n = os::recv_with_fds(stream.as_fd(), &mut buffer[have..], fds, 16, false)?.bytes;
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -316,7 +316,7 @@ impl Connection {
 #[derive(Debug)]
 struct Arena {
     iova: u64,
-    map: SharedMapping,
+    map: MappedRegion,
 }
 
 impl Arena {
@@ -400,7 +400,7 @@ pub struct VfioUserDevice {
     max_transfer: u32,
     regions: [RegionSummary; 8],
     /// BAR 2's mmappable pages: (mapping, offset of the mapping inside the BAR).
-    doorbells: Option<(SharedMapping, u64)>,
+    doorbells: Option<(MappedRegion, u64)>,
     arenas: RwLock<Vec<Arena>>,
     allocator: Mutex<Allocator>,
     eventfds: Vec<File>,
@@ -516,7 +516,7 @@ impl VfioUserDevice {
             target: "rnic_verbs::vfio_user",
             path = %path.display(),
             vectors,
-            doorbell_pages_mapped = doorbells.as_ref().map_or(0, |(m, _): &(SharedMapping, u64)| m.len() / PAGE as usize),
+            doorbell_pages_mapped = doorbells.as_ref().map_or(0, |(m, _): &(MappedRegion, u64)| m.len() / PAGE as usize),
             "vfio-user device attached"
         );
         Ok(Self {
@@ -566,7 +566,7 @@ impl VfioUserDevice {
 
     /// Maps the first sparse-mmap area of the doorbell BAR (or the whole region when
     /// there is no capability) from the fd of the reply.
-    fn map_doorbells(payload: &[u8], mut fds: Vec<OwnedFd>) -> io::Result<Option<(SharedMapping, u64)>> {
+    fn map_doorbells(payload: &[u8], mut fds: Vec<OwnedFd>) -> io::Result<Option<(MappedRegion, u64)>> {
         let Some(fd) = fds.pop() else { return Ok(None) };
         let flags = le32(payload, 4);
         let cap_offset = le32(payload, 12) as usize;
@@ -596,7 +596,12 @@ impl VfioUserDevice {
         if area.1 == 0 || area.0 % PAGE != 0 || area.1 % PAGE != 0 {
             return Ok(None);
         }
-        let map = SharedMapping::map(fd.as_fd(), file_offset + area.0, area.1 as usize)?;
+        let offset = file_offset + area.0;
+        // The mapping is used from its first byte: the file offset must be page aligned.
+        if offset & (os::host_page_size() - 1) != 0 {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let map = MappedRegion::map(fd.as_fd(), offset, area.1 as usize, Protection::READ_WRITE)?;
         Ok(Some((map, area.0)))
     }
 
@@ -693,7 +698,7 @@ impl VfioUserDevice {
 
     /// The doorbell mapping and the offset inside it, when `offset..offset+8` of BAR 2
     /// is mapped.
-    fn doorbell_slot(&self, bar: u8, offset: u64) -> Option<(&SharedMapping, usize)> {
+    fn doorbell_slot(&self, bar: u8, offset: u64) -> Option<(&MappedRegion, usize)> {
         if bar != regs::DOORBELL_BAR || offset & 7 != 0 {
             return None;
         }
@@ -709,7 +714,7 @@ impl VfioUserDevice {
     }
 
     /// Stores a doorbell into the mapped page once the device has taken the previous one.
-    fn ring(&self, map: &SharedMapping, offset: usize, value: u64) {
+    fn ring(&self, map: &MappedRegion, offset: usize, value: u64) {
         if value == 0 {
             // A zero doorbell is a no-op for the device and cannot be told from "taken".
             return;
@@ -756,8 +761,9 @@ impl VfioUserDevice {
         let unavailable = |what: &str, error: &dyn std::fmt::Display| AccessError::InvalidRequest {
             reason: format!("DMA arena of {length:#x} bytes: {what}: {error}"),
         };
-        let fd = os::memfd_create("rnic-verbs-dma", length).map_err(|e| unavailable("memfd", &e))?;
-        let map = SharedMapping::map(fd.as_fd(), 0, length as usize).map_err(|e| unavailable("mmap", &e))?;
+        let fd = os::memfd_create("rnic-verbs-dma", length, true).map_err(|e| unavailable("memfd", &e))?;
+        let map = MappedRegion::map(fd.as_fd(), 0, length as usize, Protection::READ_WRITE)
+            .map_err(|e| unavailable("mmap", &e))?;
         let iova = allocator.next_iova;
         let mut payload = words(&[32, DMA_READ_WRITE]);
         for v in [0u64, iova, length] {
@@ -794,7 +800,7 @@ impl VfioUserDevice {
         &self,
         address: u64,
         len: usize,
-        f: impl FnOnce(&SharedMapping, usize) -> R,
+        f: impl FnOnce(&MappedRegion, usize) -> R,
     ) -> Result<R, AccessError> {
         let arenas = self.arenas.read().unwrap_or_else(|e| e.into_inner());
         arenas

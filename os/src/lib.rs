@@ -1,0 +1,53 @@
+//! # rnic-os — the project's one home for `unsafe` OS calls
+//!
+//! Every `unsafe` block of the workspace that talks to the operating system lives in
+//! this crate, behind small safe functions and types, each block with a `SAFETY`
+//! comment. The emulator (`rnic-emu`, whose vfio-user server) and the verbs provider
+//! (`rnic-verbs`, whose vfio-user client backend) both use it; they are
+//! `#![deny(unsafe_code)]` themselves. Here too the crate root denies `unsafe` and only
+//! the modules that make system calls allow it.
+//!
+//! What needs raw system calls and why:
+//!
+//! * shared memory ([`memfd_create`], [`file_seals`], [`MappedRegion`]): `memfd_create`,
+//!   file seals and `mmap`/`munmap` — the doorbell pages the server exports and the client
+//!   maps, and the client's DMA memory the device reads and writes;
+//! * [`eventfd`] — one per MSI-X vector, handed from the client to the server with
+//!   SET_IRQS, and the server's own wake-up descriptor;
+//! * `sendmsg`/`recvmsg` with `SCM_RIGHTS` ([`send_with_fds`], [`recv_with_fds`]) —
+//!   vfio-user passes descriptors as ancillary data, which `std` cannot do yet;
+//! * `ppoll` ([`wait_readable`]) — sub-millisecond waits on sockets and eventfds;
+//! * `socket`/`bind`/`listen` ([`bind_unix_listener`]) — to restrict the socket's mode to
+//!   0600 *before* anyone can connect (std's `UnixListener::bind` listens at once);
+//! * `setns`, `prctl(PR_SET_TIMERSLACK)` and `sigaction` for the emulator process
+//!   ([`enter_network_namespace`], [`set_thread_timer_slack`],
+//!   [`install_termination_handlers`]).
+//!
+//! Memory shared with another process is only ever touched through raw pointers
+//! (`copy_nonoverlapping`) or atomics, never through Rust references: the other process
+//! writes it concurrently, which a `&[u8]` would promise cannot happen.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod event;
+mod memory;
+mod process;
+mod socket;
+
+use std::io;
+
+pub use event::{eventfd, take_eventfd, wait_readable};
+pub use memory::{file_seals, host_page_size, memfd_create, MappedRegion, Protection};
+pub use process::{
+    enter_network_namespace, install_termination_handlers, set_thread_timer_slack, termination_requested,
+};
+pub use socket::{bind_unix_listener, recv_with_fds, send_with_fds, Received, MAX_FDS_PER_MESSAGE};
+
+/// Turns a negative libc return value into the thread's `errno`.
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
