@@ -15,13 +15,15 @@
 //! The bench processes are this test executable run again (`bench_child`, ignored unless
 //! asked for by name), as in bench_processes.rs.
 
-use std::net::{Ipv4Addr, TcpListener};
+mod common;
+
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rnic_testbench::bench::{BenchConfig, Operation};
-use rnic_testbench::remote::{self, RemoteConfig, Role};
+use common::netns::{environment_ready, oracle, Namespaces};
+use common::process::{check_reports, free_port, mac, run_bench_child, spawn_bench, BenchArguments, Process};
 
 /// The environment variable that turns `bench_child` into a bench process.
 const CHILD_ENV: &str = "RNIC_BENCH_NETNS_CHILD";
@@ -31,137 +33,6 @@ const QPS: usize = 2;
 
 /// Messages per QP per bench run.
 const ITERS: u64 = 32;
-
-/// Runs `ip ARGS`, panicking with its stderr on failure.
-fn ip(args: &[&str]) {
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run ip {args:?}: {error}"));
-    assert!(
-        output.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// Two namespaces joined by a veth pair; deleted on drop (which removes the veth too).
-struct Namespaces {
-    names: [String; 2],
-    links: [String; 2],
-}
-
-impl Namespaces {
-    fn create() -> Self {
-        let id = std::process::id();
-        let guard = Self {
-            names: [format!("rnic-bench-a-{id}"), format!("rnic-bench-b-{id}")],
-            // IFNAMSIZ: at most 15 characters.
-            links: [format!("rba{}", id % 1_000_000), format!("rbb{}", id % 1_000_000)],
-        };
-        let [na, nb] = &guard.names;
-        let [la, lb] = &guard.links;
-        ip(&["netns", "add", na]);
-        ip(&["netns", "add", nb]);
-        ip(&[
-            "link", "add", la, "netns", na, "type", "veth", "peer", "name", lb, "netns", nb,
-        ]);
-        ip(&["-n", na, "link", "set", la, "up"]);
-        ip(&["-n", nb, "link", "set", lb, "up"]);
-        // The kernels get addresses of their own, next to (not equal to) the NICs' GIDs.
-        ip(&["-n", na, "addr", "add", "192.0.2.101/24", "dev", la]);
-        ip(&["-n", nb, "addr", "add", "192.0.2.102/24", "dev", lb]);
-        guard
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for name in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", name]).status();
-        }
-    }
-}
-
-/// Root and `ip`, or a clear failure (or a skip with RNIC_SKIP_NETNS=1).
-fn environment_ready() -> bool {
-    let root = is_root();
-    let has_ip = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
-    if root && has_ip {
-        return true;
-    }
-    let why = match (root, has_ip) {
-        (false, _) => "needs root (network namespaces and CAP_NET_RAW)",
-        _ => "needs the `ip` command (iproute2)",
-    };
-    if std::env::var("RNIC_SKIP_NETNS").as_deref() == Ok("1") {
-        eprintln!("skipped: the bench-across-namespaces test {why} (RNIC_SKIP_NETNS=1)");
-        return false;
-    }
-    panic!("the bench-across-namespaces test {why}; run as root, or set RNIC_SKIP_NETNS=1 to skip it");
-}
-
-/// Whether we run as root, from /proc.
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            == Some("0")
-    })
-}
-
-/// `../shared/oracles/check-roce-pcap` (or `$ROCE_ORACLES_DIR/check-roce-pcap`).
-fn oracle() -> PathBuf {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let candidates = [
-        std::env::var_os("ROCE_ORACLES_DIR").map(PathBuf::from),
-        Some(workspace.join("../shared/oracles")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .map(|dir| dir.join("check-roce-pcap"))
-        .find(|path| path.exists())
-        .expect("../shared/oracles/check-roce-pcap (or $ROCE_ORACLES_DIR)")
-}
-
-fn mac(n: u8) -> String {
-    format!("02:52:4e:49:43:{n:02x}")
-}
-
-/// A process killed (SIGKILL) and reaped on drop, so nothing outlives a failed test.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Process {
-    fn running(&mut self) -> bool {
-        matches!(self.0.try_wait(), Ok(None))
-    }
-
-    /// Waits up to `limit` for the exit; returns its success and stdout.
-    fn finish(mut self, limit: Duration) -> (bool, String) {
-        let deadline = Instant::now() + limit;
-        while self.running() {
-            assert!(Instant::now() < deadline, "process {} still running", self.0.id());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let status = self.0.wait().unwrap();
-        let mut out = String::new();
-        if let Some(mut stdout) = self.0.stdout.take() {
-            use std::io::Read;
-            stdout.read_to_string(&mut out).unwrap();
-        }
-        (status.success(), out)
-    }
-}
 
 /// An emulator in a namespace on `eth:LINK`, capturing to a pcap file.
 struct Emulator {
@@ -196,12 +67,7 @@ impl Emulator {
             .spawn()
             .expect("spawn ip netns exec rnic-emu");
         let mut process = Process(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            assert!(process.running(), "rnic-emu in {namespace} on eth:{link} exited");
-            assert!(Instant::now() < deadline, "rnic-emu in {namespace} not listening");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        process.wait_listening(&socket, &format!("rnic-emu in {namespace} on eth:{link}"));
         Self {
             process,
             socket,
@@ -243,45 +109,21 @@ impl Drop for Emulator {
     }
 }
 
-/// A loopback TCP port nobody listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts a bench process: `role` is `server` or `client`, `transport` `rc` or `ud`.
 fn bench(role: &str, port: u16, emulator: &Emulator, operation: &str, size: usize, transport: &str) -> Process {
-    let arguments = [
-        role.to_string(),
-        port.to_string(),
-        emulator.device(),
-        emulator.ipv4.to_string(),
-        operation.to_string(),
-        size.to_string(),
-        ITERS.to_string(),
-        transport.to_string(),
-    ];
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "bench_child", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, arguments.join("\n"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn bench process");
-    Process(child)
-}
-
-/// The JSON object a bench process printed.
-fn report(out: &str) -> serde_json::Value {
-    // libtest prints `test bench_child ... ` on the same line, before the report.
-    let line = out
-        .lines()
-        .find_map(|line| line.split_once("BENCH-JSON ").map(|(_, json)| json))
-        .unwrap_or_else(|| panic!("no report in {out:?}"));
-    serde_json::from_str(line).unwrap()
+    spawn_bench(
+        CHILD_ENV,
+        &BenchArguments {
+            role,
+            port,
+            device: emulator.device(),
+            ipv4: emulator.ipv4.to_string(),
+            operation,
+            size,
+            iterations: ITERS,
+            transport,
+        },
+    )
 }
 
 /// Runs one server (on `server`) / client (on `client`) pair to the end and checks both
@@ -297,15 +139,7 @@ fn run_pair(server: &Emulator, client: &Emulator, operation: &str, size: usize, 
         "{transport} {operation}: client {client_out}\nserver {server_out}"
     );
     let messages = ITERS * QPS as u64;
-    let bytes = messages * if operation == "atomic" { 8 } else { size as u64 };
-    for out in [&client_out, &server_out] {
-        let json = report(out);
-        assert_eq!(json["op"], operation);
-        assert_eq!(json["messages_ok"], messages, "{json}");
-        assert_eq!(json["messages_failed"], 0, "{json}");
-        assert_eq!(json["bytes_verified"], bytes, "{json}");
-        assert_eq!(json["qps"], QPS);
-    }
+    check_reports([&client_out, &server_out], operation, size, messages, QPS);
     eprintln!("{transport} {operation} {size} B: {messages} messages verified");
     messages
 }
@@ -332,12 +166,15 @@ fn check_capture(pcap: &Path) -> u64 {
 
 #[test]
 fn bench_processes_across_two_namespaces_on_the_eth_backend_pass_the_pcap_oracle() {
-    if !environment_ready() {
+    if !environment_ready("bench-across-namespaces") {
         return;
     }
     let oracle = oracle();
     assert!(oracle.exists());
-    let namespaces = Namespaces::create();
+    let namespaces = Namespaces::create("rnic-bench", "rb");
+    // The kernels get addresses of their own, next to (not equal to) the NICs' GIDs.
+    namespaces.add_address(0, "192.0.2.101/24");
+    namespaces.add_address(1, "192.0.2.102/24");
     let mut a = Emulator::start(&namespaces.names[0], &namespaces.links[0], 1);
     let mut b = Emulator::start(&namespaces.names[1], &namespaces.links[1], 2);
 
@@ -370,42 +207,5 @@ fn bench_processes_across_two_namespaces_on_the_eth_backend_pass_the_pcap_oracle
 #[test]
 #[ignore = "a child process of the test in this file"]
 fn bench_child() {
-    let Ok(arguments) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let arguments: Vec<&str> = arguments.split('\n').collect();
-    let port: u16 = arguments[1].parse().unwrap();
-    let role = match arguments[0] {
-        "server" => Role::Server { port },
-        _ => Role::Client {
-            host: "127.0.0.1".into(),
-            port,
-        },
-    };
-    let config = RemoteConfig {
-        bench: BenchConfig {
-            operation: arguments[4].parse::<Operation>().unwrap(),
-            size: arguments[5].parse().unwrap(),
-            iterations: arguments[6].parse().unwrap(),
-            queue_pairs: QPS,
-            mtu: 1024,
-            verify: true,
-            ..BenchConfig::default()
-        },
-        device: arguments[2].to_string(),
-        ipv4: Some(arguments[3].parse().unwrap()),
-        role,
-        ud: arguments[7] == "ud",
-    };
-    let code = match remote::run(&config) {
-        Ok(report) => {
-            println!("\nBENCH-JSON {}", report.to_json());
-            i32::from(report.messages_failed != 0)
-        }
-        Err(error) => {
-            eprintln!("bench {}: {error}", arguments[0]);
-            1
-        }
-    };
-    std::process::exit(code);
+    run_bench_child(CHILD_ENV, QPS);
 }

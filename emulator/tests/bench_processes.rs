@@ -16,53 +16,15 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::process::{check_reports, free_port, mac, run_bench_child, spawn_bench, BenchArguments, Process};
 use common::socket_path;
-use rnic_testbench::bench::{BenchConfig, Operation};
-use rnic_testbench::remote::{self, RemoteConfig, Role};
 
 /// The environment variable that turns `bench_child` into a bench process.
 const CHILD_ENV: &str = "RNIC_BENCH_CHILD";
-
-fn mac(n: u8) -> String {
-    format!("02:52:4e:49:43:{n:02x}")
-}
-
-/// A process killed (SIGKILL) and reaped on drop, so nothing outlives a failed test.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Process {
-    fn running(&mut self) -> bool {
-        matches!(self.0.try_wait(), Ok(None))
-    }
-
-    /// Waits up to `limit` for the exit; returns its success and stdout.
-    fn finish(mut self, limit: Duration) -> (bool, String) {
-        let deadline = Instant::now() + limit;
-        while self.running() {
-            assert!(Instant::now() < deadline, "process {} still running", self.0.id());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let status = self.0.wait().unwrap();
-        let mut out = String::new();
-        if let Some(mut stdout) = self.0.stdout.take() {
-            use std::io::Read;
-            stdout.read_to_string(&mut out).unwrap();
-        }
-        (status.success(), out)
-    }
-}
 
 /// An emulator on `udp:127.0.0.n`.
 struct Emulator {
@@ -84,12 +46,7 @@ impl Emulator {
             .spawn()
             .expect("spawn rnic-emu");
         let mut process = Process(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            assert!(process.running(), "rnic-emu on 127.0.0.{n} exited");
-            assert!(Instant::now() < deadline, "rnic-emu on 127.0.0.{n} not listening");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        process.wait_listening(&socket, &format!("rnic-emu on 127.0.0.{n}"));
         Self { process, socket, n }
     }
 
@@ -107,15 +64,6 @@ impl Drop for Emulator {
     }
 }
 
-/// A loopback TCP port nobody listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts a bench process: `role` is `server` or `client`.
 fn bench(role: &str, port: u16, emulator: &Emulator, operation: &str, size: usize, iters: u64) -> Process {
     bench_on(role, port, emulator, operation, size, iters, "rc")
@@ -131,34 +79,19 @@ fn bench_on(
     iters: u64,
     transport: &str,
 ) -> Process {
-    let arguments = [
-        role.to_string(),
-        port.to_string(),
-        emulator.device(),
-        format!("127.0.0.{}", emulator.n),
-        operation.to_string(),
-        size.to_string(),
-        iters.to_string(),
-        transport.to_string(),
-    ];
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "bench_child", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, arguments.join("\n"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn bench process");
-    Process(child)
-}
-
-/// The JSON object a bench process printed.
-fn report(out: &str) -> serde_json::Value {
-    // libtest prints `test bench_child ... ` on the same line, before the report.
-    let line = out
-        .lines()
-        .find_map(|line| line.split_once("BENCH-JSON ").map(|(_, json)| json))
-        .unwrap_or_else(|| panic!("no report in {out:?}"));
-    serde_json::from_str(line).unwrap()
+    spawn_bench(
+        CHILD_ENV,
+        &BenchArguments {
+            role,
+            port,
+            device: emulator.device(),
+            ipv4: format!("127.0.0.{}", emulator.n),
+            operation,
+            size,
+            iterations: iters,
+            transport,
+        },
+    )
 }
 
 /// Runs one server/client pair to the end and checks both reports.
@@ -178,15 +111,7 @@ fn run_pair_on(a: &Emulator, b: &Emulator, operation: &str, size: usize, iters: 
         "{operation}: client {client_out}\nserver {server_out}"
     );
     let messages = iters * QPS as u64;
-    let bytes = messages * if operation == "atomic" { 8 } else { size as u64 };
-    for out in [&client_out, &server_out] {
-        let json = report(out);
-        assert_eq!(json["op"], operation);
-        assert_eq!(json["messages_ok"], messages, "{json}");
-        assert_eq!(json["messages_failed"], 0, "{json}");
-        assert_eq!(json["bytes_verified"], bytes, "{json}");
-        assert_eq!(json["qps"], QPS);
-    }
+    check_reports([&client_out, &server_out], operation, size, messages, QPS);
 }
 
 const QPS: usize = 2;
@@ -235,42 +160,5 @@ fn a_killed_bench_client_leaves_the_emulators_serving() {
 #[test]
 #[ignore = "a child process of the tests in this file"]
 fn bench_child() {
-    let Ok(arguments) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let arguments: Vec<&str> = arguments.split('\n').collect();
-    let port: u16 = arguments[1].parse().unwrap();
-    let role = match arguments[0] {
-        "server" => Role::Server { port },
-        _ => Role::Client {
-            host: "127.0.0.1".into(),
-            port,
-        },
-    };
-    let config = RemoteConfig {
-        bench: BenchConfig {
-            operation: arguments[4].parse::<Operation>().unwrap(),
-            size: arguments[5].parse().unwrap(),
-            iterations: arguments[6].parse().unwrap(),
-            queue_pairs: QPS,
-            mtu: 1024,
-            verify: true,
-            ..BenchConfig::default()
-        },
-        device: arguments[2].to_string(),
-        ipv4: Some(arguments[3].parse().unwrap()),
-        role,
-        ud: arguments[7] == "ud",
-    };
-    let code = match remote::run(&config) {
-        Ok(report) => {
-            println!("\nBENCH-JSON {}", report.to_json());
-            i32::from(report.messages_failed != 0)
-        }
-        Err(error) => {
-            eprintln!("bench {}: {error}", arguments[0]);
-            1
-        }
-    };
-    std::process::exit(code);
+    run_bench_child(CHILD_ENV, QPS);
 }

@@ -8,97 +8,19 @@
 //! (documentation space) and exist only inside the two namespaces, which a guard removes
 //! at the end, also on failure.
 
+mod common;
 mod net_common;
 
 use std::net::UdpSocket;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::netns::{environment_ready, find_oracle, ip, Namespaces};
 use net_common::{exchange, mac, Side};
 use rnic_emu::net::eth::EthBackend;
 use rnic_emu::net::{NetBackend, NetStats};
 use rnic_hw_model::wire;
 use rnic_hw_model::Picoseconds;
-
-/// Runs `ip ARGS`, panicking with its stderr on failure.
-fn ip(args: &[&str]) -> String {
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run ip {args:?}: {error}"));
-    assert!(
-        output.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// Two namespaces joined by a veth pair; deleted on drop (which removes the veth too).
-struct Namespaces {
-    names: [String; 2],
-    links: [String; 2],
-}
-
-impl Namespaces {
-    fn create() -> Self {
-        let id = std::process::id();
-        let guard = Self {
-            names: [format!("rnic-a-{id}"), format!("rnic-b-{id}")],
-            // IFNAMSIZ: at most 15 characters.
-            links: [format!("rva{}", id % 1_000_000), format!("rvb{}", id % 1_000_000)],
-        };
-        let [na, nb] = &guard.names;
-        let [la, lb] = &guard.links;
-        ip(&["netns", "add", na]);
-        ip(&["netns", "add", nb]);
-        ip(&[
-            "link", "add", la, "netns", na, "type", "veth", "peer", "name", lb, "netns", nb,
-        ]);
-        ip(&["-n", na, "link", "set", la, "up"]);
-        ip(&["-n", nb, "link", "set", lb, "up"]);
-        // The kernel of namespace A gets an address, so it has a reason to ARP.
-        ip(&["-n", na, "addr", "add", "192.0.2.1/24", "dev", la]);
-        guard
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for name in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", name]).status();
-        }
-    }
-}
-
-/// Root and `ip`, or a clear failure (or a skip with RNIC_SKIP_NETNS=1).
-fn environment_ready() -> bool {
-    let root = is_root();
-    let has_ip = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
-    if root && has_ip {
-        return true;
-    }
-    let why = match (root, has_ip) {
-        (false, _) => "needs root (network namespaces and CAP_NET_RAW)",
-        _ => "needs the `ip` command (iproute2)",
-    };
-    if std::env::var("RNIC_SKIP_NETNS").as_deref() == Ok("1") {
-        eprintln!("skipped: the eth: backend test {why} (RNIC_SKIP_NETNS=1)");
-        return false;
-    }
-    panic!("the eth: backend test {why}; run as root, or set RNIC_SKIP_NETNS=1 to skip it");
-}
-
-/// Whether we run as root, from /proc (no libc call needed in a test).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            == Some("0")
-    })
-}
 
 /// Opens an `eth:` backend on `link` inside namespace `namespace` (from a thread that
 /// enters it: the packet socket stays in that namespace).
@@ -174,10 +96,12 @@ const GID_B: [u8; 4] = [192, 0, 2, 12];
 
 #[test]
 fn rc_traffic_crosses_a_veth_pair_and_arp_is_answered() {
-    if !environment_ready() {
+    if !environment_ready("eth: backend") {
         return;
     }
-    let namespaces = Namespaces::create();
+    let namespaces = Namespaces::create("rnic", "rv");
+    // The kernel of namespace A gets an address, so it has a reason to ARP.
+    namespaces.add_address(0, "192.0.2.1/24");
     let capture = std::env::temp_dir().join(format!("rnic-net-eth-{}.pcap", std::process::id()));
     let backend_a = Capturing {
         inner: Box::new(open_in(&namespaces.names[0], &namespaces.links[0], mac(11))),
@@ -233,8 +157,8 @@ fn rc_traffic_crosses_a_veth_pair_and_arp_is_answered() {
 
     // Every RoCEv2 frame A sent or received verifies with tshark (IPv4 ICRC included:
     // the eth: backend carries the device's frames unchanged).
-    let oracle = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/oracles/check-roce-pcap");
-    if oracle.exists() && Command::new("tshark").arg("-v").output().is_ok() {
+    let oracle = find_oracle().filter(|_| Command::new("tshark").arg("-v").output().is_ok());
+    if let Some(oracle) = oracle {
         let output = Command::new(&oracle)
             .arg(&capture)
             .output()

@@ -9,26 +9,15 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use common::socket_path;
+use common::verbs::{connect, pattern, rc_qp, ALL_ACCESS};
 use rnic_emu::net::NetSpec;
 use rnic_emu::vfio_user::{Server, ServerOptions, ServerThread};
 use rnic_verbs::backend::VfioUserDevice;
 use rnic_verbs::driver::DriverConfig;
 use rnic_verbs::{
-    AccessFlags, AhAttributes, CompletionQueue, Context, Mtu, QpAttributeMask, QpAttributes, QpCapabilities,
-    QpInitAttributes, QpState, QpType, QueuePair, RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge,
-    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    CompletionQueue, Context, RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
-
-const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_WRITE)
-    .union(AccessFlags::REMOTE_READ)
-    .union(AccessFlags::REMOTE_ATOMIC);
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 8) as u8)
-        .collect()
-}
 
 fn mac(n: u8) -> [u8; 6] {
     [0x02, 0x52, 0x4e, 0x49, 0x43, n]
@@ -49,83 +38,6 @@ fn node(n: u8) -> (ServerThread, Context) {
     };
     let context = Context::open_with_config(Box::new(device), &config).expect("bring-up over vfio-user");
     (server, context)
-}
-
-fn rc_qp(pd: &rnic_verbs::ProtectionDomain, cq: &CompletionQueue) -> QueuePair {
-    pd.create_qp(&QpInitAttributes {
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCapabilities {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 2,
-            max_recv_sge: 2,
-            max_inline_data: 0,
-        },
-        qp_type: QpType::Rc,
-        sq_sig_all: true,
-    })
-    .expect("create RC QP")
-}
-
-/// RESET → INIT → RTR → RTS towards `remote_qpn` on the NIC with `remote` context.
-fn connect(qp: &QueuePair, remote: &Context, remote_qpn: u32) {
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Init,
-            pkey_index: 0,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE | QpAttributeMask::PKEY_INDEX | QpAttributeMask::PORT | QpAttributeMask::ACCESS_FLAGS,
-    )
-    .expect("INIT");
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rtr,
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num: remote_qpn,
-            rq_psn: 0,
-            max_dest_rd_atomic: 4,
-            min_rnr_timer: 12,
-            ah_attr: AhAttributes {
-                dgid: remote.query_gid(1, 0).unwrap(),
-                sgid_index: 0,
-                hop_limit: 64,
-                dmac: remote.mac_address(),
-                ..AhAttributes::default()
-            },
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE
-            | QpAttributeMask::AV
-            | QpAttributeMask::PATH_MTU
-            | QpAttributeMask::DEST_QPN
-            | QpAttributeMask::RQ_PSN
-            | QpAttributeMask::MAX_DEST_RD_ATOMIC
-            | QpAttributeMask::MIN_RNR_TIMER,
-    )
-    .expect("RTR");
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rts,
-            sq_psn: 0,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 4,
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE
-            | QpAttributeMask::SQ_PSN
-            | QpAttributeMask::TIMEOUT
-            | QpAttributeMask::RETRY_CNT
-            | QpAttributeMask::RNR_RETRY
-            | QpAttributeMask::MAX_QP_RD_ATOMIC,
-    )
-    .expect("RTS");
 }
 
 /// Polls `cq` for one completion (at most ten seconds).

@@ -8,109 +8,26 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::verbs::{connect, pattern, rc_qp, ALL_ACCESS};
 use common::*;
 use rnic_verbs::backend::{open_device, vfio_user, VfioUserDevice};
 use rnic_verbs::device_access::DeviceAccess;
 use rnic_verbs::{
-    AccessFlags, AhAttributes, CompletionQueue, Context, Mtu, PortState, QpAttributeMask, QpAttributes, QpCapabilities,
-    QpInitAttributes, QpState, QpType, QueuePair, RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge,
-    SrqAttributes, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    CompletionQueue, Context, PortState, QpAttributeMask, QpAttributes, QpCapabilities, QpInitAttributes, QpState,
+    QpType, QueuePair, RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, SrqAttributes, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
-const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_WRITE)
-    .union(AccessFlags::REMOTE_READ)
-    .union(AccessFlags::REMOTE_ATOMIC);
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 8) as u8)
-        .collect()
-}
-
 fn open(socket: &std::path::Path) -> Context {
     let device = VfioUserDevice::connect(socket).expect("connect");
     Context::open(Box::new(device)).expect("bring-up over vfio-user")
 }
 
-fn rc_qp(context: &Context, pd: &rnic_verbs::ProtectionDomain, cq: &CompletionQueue) -> QueuePair {
-    let _ = context;
-    pd.create_qp(&QpInitAttributes {
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCapabilities {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 2,
-            max_recv_sge: 2,
-            max_inline_data: 0,
-        },
-        qp_type: QpType::Rc,
-        sq_sig_all: true,
-    })
-    .expect("create RC QP")
-}
-
 /// RESET → INIT → RTR → RTS with the QP as its own peer: destination QPN = own QPN,
 /// DGID = own GID 0, destination MAC = own MAC.
 fn connect_to_self(context: &Context, qp: &QueuePair) {
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Init,
-            pkey_index: 0,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE | QpAttributeMask::PKEY_INDEX | QpAttributeMask::PORT | QpAttributeMask::ACCESS_FLAGS,
-    )
-    .expect("INIT");
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rtr,
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num: qp.qp_num(),
-            rq_psn: 0,
-            max_dest_rd_atomic: 4,
-            min_rnr_timer: 12,
-            ah_attr: AhAttributes {
-                dgid: context.query_gid(1, 0).unwrap(),
-                sgid_index: 0,
-                hop_limit: 64,
-                dmac: context.mac_address(),
-                ..AhAttributes::default()
-            },
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE
-            | QpAttributeMask::AV
-            | QpAttributeMask::PATH_MTU
-            | QpAttributeMask::DEST_QPN
-            | QpAttributeMask::RQ_PSN
-            | QpAttributeMask::MAX_DEST_RD_ATOMIC
-            | QpAttributeMask::MIN_RNR_TIMER,
-    )
-    .expect("RTR");
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rts,
-            sq_psn: 0,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 4,
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE
-            | QpAttributeMask::SQ_PSN
-            | QpAttributeMask::TIMEOUT
-            | QpAttributeMask::RETRY_CNT
-            | QpAttributeMask::RNR_RETRY
-            | QpAttributeMask::MAX_QP_RD_ATOMIC,
-    )
-    .expect("RTS");
+    connect(qp, context, qp.qp_num());
     assert_eq!(qp.query().unwrap().qp_state, QpState::Rts);
 }
 
@@ -184,7 +101,7 @@ fn bring_up_objects_loopback_traffic_and_flush_over_vfio_user() {
         })
         .unwrap();
     assert!(srq.query().unwrap().max_wr >= 32);
-    let qp = rc_qp(&context, &pd, &cq);
+    let qp = rc_qp(&pd, &cq);
     connect_to_self(&context, &qp);
 
     // SEND from provider memory into a receive in application memory.
@@ -284,7 +201,7 @@ fn completion_interrupts_arrive_on_eventfds() {
     let mr = pd.register_provider_memory(64 << 10, ALL_ACCESS).unwrap();
     let channel = context.create_comp_channel();
     let cq = context.create_cq(16, Some(&channel), 0).unwrap();
-    let qp = rc_qp(&context, &pd, &cq);
+    let qp = rc_qp(&pd, &cq);
     connect_to_self(&context, &qp);
     assert!(channel.get_cq_event().is_none());
     let before = server.handle().stats().interrupts;
@@ -362,7 +279,7 @@ fn a_new_client_attaches_after_the_previous_one_dropped() {
         .expect("second client");
     let pd = context.alloc_pd().unwrap();
     let cq = context.create_cq(16, None, 0).unwrap();
-    let qp = rc_qp(&context, &pd, &cq);
+    let qp = rc_qp(&pd, &cq);
     connect_to_self(&context, &qp);
     assert_eq!(server.handle().stats().connections, 2);
 }

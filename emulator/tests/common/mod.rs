@@ -3,6 +3,10 @@
 //! also send everything a well-behaved client never would.
 #![allow(dead_code)]
 
+pub mod netns;
+pub mod process;
+pub mod verbs;
+
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
