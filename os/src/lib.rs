@@ -19,6 +19,11 @@
 //! * `ppoll` ([`wait_readable`]) — sub-millisecond waits on sockets and eventfds;
 //! * `socket`/`bind`/`listen` ([`bind_unix_listener`]) — to restrict the socket's mode to
 //!   0600 *before* anyone can connect (std's `UnixListener::bind` listens at once);
+//! * pinned DMA memory and device registers for a user-space driver on a PCI function
+//!   ([`MappedRegion::anonymous_locked`]: `mmap` with `MAP_HUGETLB`, `mlock`;
+//!   [`MappedRegion::read_volatile_u32`] and friends: single, volatile MMIO accesses to
+//!   a BAR mapped from its sysfs `resourceN` file), and [`PageMap`], the
+//!   `/proc/self/pagemap` reader that turns their virtual addresses into physical ones;
 //! * `setns`, `prctl(PR_SET_TIMERSLACK)` and `sigaction` for the emulator process
 //!   ([`enter_network_namespace`], [`set_thread_timer_slack`],
 //!   [`install_termination_handlers`]).
@@ -31,13 +36,15 @@
 
 mod event;
 mod memory;
+mod pagemap;
 mod process;
 mod socket;
 
 use std::io;
 
 pub use event::{eventfd, take_eventfd, wait_readable};
-pub use memory::{file_seals, host_page_size, memfd_create, MappedRegion, Protection};
+pub use memory::{file_seals, host_page_size, memfd_create, MappedRegion, PageSize, Protection};
+pub use pagemap::{PageMap, PagemapEntry, PAGEMAP_PFN_MASK, PAGEMAP_PRESENT, PAGEMAP_SWAPPED};
 pub use process::{
     enter_network_namespace, install_termination_handlers, set_thread_timer_slack, termination_requested,
 };

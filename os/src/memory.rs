@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::check;
 
+const PROT_READ_WRITE: libc::c_int = libc::PROT_READ | libc::PROT_WRITE;
+
 /// The host's page size (4096 if `sysconf` cannot tell).
 pub fn host_page_size() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.
@@ -74,9 +76,11 @@ impl Protection {
     }
 }
 
-/// A `MAP_SHARED` mapping of a file: the bytes another process sees through its own
-/// mapping of the same file. Accesses are bounds-checked and go through raw pointers or
-/// atomics only. Unmapped on drop.
+/// A `MAP_SHARED` mapping: of a file ([`MappedRegion::map`]: the bytes another process
+/// sees through its own mapping of the same file, or a PCI BAR through its sysfs
+/// `resourceN` file), or of pinned anonymous memory ([`MappedRegion::anonymous_locked`]:
+/// DMA memory a device reaches by physical address). Accesses are bounds-checked and go
+/// through raw pointers, volatile accesses or atomics only. Unmapped on drop.
 #[derive(Debug)]
 pub struct MappedRegion {
     /// Start of the mmap (page aligned) and its length, for munmap.
@@ -96,7 +100,76 @@ unsafe impl Send for MappedRegion {}
 // SAFETY: see `Send`: `&MappedRegion` only offers raw copies and atomics.
 unsafe impl Sync for MappedRegion {}
 
+/// The page size backing [`MappedRegion::anonymous_locked`] memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageSize {
+    /// The host's base pages (4 KiB on x86-64): never physically contiguous beyond one.
+    Base,
+    /// 2 MiB hugetlb pages (`MAP_HUGETLB | MAP_HUGE_2MB`), from the pool the
+    /// administrator reserves in `/proc/sys/vm/nr_hugepages`: each one is physically
+    /// contiguous.
+    Huge2M,
+}
+
+impl PageSize {
+    /// Size of one page in bytes.
+    pub fn bytes(self) -> u64 {
+        match self {
+            PageSize::Base => host_page_size(),
+            PageSize::Huge2M => 2 << 20,
+        }
+    }
+}
+
 impl MappedRegion {
+    /// Maps `len` bytes (at least 1, rounded up to whole pages) of fresh, zero-filled
+    /// anonymous memory, shared (so a `fork` never turns the pages a device writes into
+    /// copy-on-write copies), populated and locked with `mlock`: every page is present
+    /// and stays at its physical address for the life of the mapping (hugetlb pages are
+    /// never swapped or migrated by compaction; base pages are not swapped once locked).
+    ///
+    /// # Errors
+    /// The OS error: `ENOMEM` when the hugetlb pool has no free page left (or `mlock`
+    /// exceeds `RLIMIT_MEMLOCK`), `EINVAL` for a zero length.
+    pub fn anonymous_locked(len: usize, page_size: PageSize) -> io::Result<Self> {
+        let page = page_size.bytes();
+        let map_len = (len as u64)
+            .checked_next_multiple_of(page)
+            .filter(|&l| len > 0 && l <= isize::MAX as u64)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))? as usize;
+        let mut flags = libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_POPULATE;
+        if page_size == PageSize::Huge2M {
+            flags |= libc::MAP_HUGETLB | libc::MAP_HUGE_2MB;
+        }
+        // SAFETY: a fresh anonymous mapping chosen by the kernel (null hint, no
+        // MAP_FIXED), so it cannot alias any existing Rust object; no descriptor.
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), map_len, PROT_READ_WRITE, flags, -1, 0) };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::from(io::ErrorKind::Other))?;
+        let region = Self {
+            base,
+            map_len,
+            data: base,
+            len,
+            protection: Protection::READ_WRITE,
+        };
+        // MAP_LOCKED would not report a failure to lock; mlock does (and the region's
+        // drop unmaps what we mapped if it fails).
+        // SAFETY: `base..base+map_len` is exactly the mapping made above; mlock only
+        // changes its residency, not its contents.
+        check(unsafe { libc::mlock(region.base.as_ptr().cast(), region.map_len) })?;
+        Ok(region)
+    }
+
+    /// The virtual address of the region's first byte, as a number: for translating it
+    /// to a physical address ([`crate::PageMap`]). It cannot be turned back into access
+    /// to the memory outside this type.
+    pub fn virtual_address(&self) -> usize {
+        self.data.as_ptr() as usize
+    }
+
     /// Maps `len` bytes of `fd` starting at file offset `offset` (any offset: the mapping
     /// starts at the page below it). `len` must be at least 1.
     pub fn map(fd: BorrowedFd<'_>, offset: u64, len: usize, protection: Protection) -> io::Result<Self> {
@@ -199,6 +272,61 @@ impl MappedRegion {
         }
     }
 
+    /// A pointer to the naturally aligned `size`-byte word at `offset`, when it is inside
+    /// the region and aligned.
+    fn word(&self, offset: usize, size: usize) -> Option<*mut u8> {
+        let pointer = self.span(offset, size)?;
+        (pointer as usize % size == 0).then_some(pointer)
+    }
+
+    /// One volatile, naturally aligned 32-bit load at `offset` (a device register read:
+    /// exactly one 4-byte access, never merged, split or elided), or `None` when
+    /// unaligned, out of bounds or not readable.
+    pub fn read_volatile_u32(&self, offset: usize) -> Option<u32> {
+        let pointer = self.word(offset, 4).filter(|_| self.protection.read)?;
+        // SAFETY: the pointer is 4-byte aligned and inside the live readable mapping
+        // (checked by `word`); a volatile read creates no reference to the bytes.
+        Some(u32::from_le(unsafe { std::ptr::read_volatile(pointer.cast::<u32>()) }))
+    }
+
+    /// One volatile, naturally aligned 32-bit store at `offset` (a device register
+    /// write); false when unaligned, out of bounds or not writable.
+    pub fn write_volatile_u32(&self, offset: usize, value: u32) -> bool {
+        match self.word(offset, 4) {
+            Some(pointer) if self.protection.write => {
+                // SAFETY: the pointer is 4-byte aligned and inside the live writable
+                // mapping (checked by `word`); a volatile write creates no reference.
+                unsafe { std::ptr::write_volatile(pointer.cast::<u32>(), value.to_le()) };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// One volatile, naturally aligned 64-bit load at `offset`, or `None` as for
+    /// [`read_volatile_u32`](Self::read_volatile_u32).
+    pub fn read_volatile_u64(&self, offset: usize) -> Option<u64> {
+        let pointer = self.word(offset, 8).filter(|_| self.protection.read)?;
+        // SAFETY: the pointer is 8-byte aligned and inside the live readable mapping
+        // (checked by `word`); a volatile read creates no reference to the bytes.
+        Some(u64::from_le(unsafe { std::ptr::read_volatile(pointer.cast::<u64>()) }))
+    }
+
+    /// One volatile, naturally aligned 64-bit store at `offset`: a single 8-byte access
+    /// on 64-bit targets, which is what a doorbell needs (its halves must not be seen
+    /// apart). False as for [`write_volatile_u32`](Self::write_volatile_u32).
+    pub fn write_volatile_u64(&self, offset: usize, value: u64) -> bool {
+        match self.word(offset, 8) {
+            Some(pointer) if self.protection.write => {
+                // SAFETY: the pointer is 8-byte aligned and inside the live writable
+                // mapping (checked by `word`); a volatile write creates no reference.
+                unsafe { std::ptr::write_volatile(pointer.cast::<u64>(), value.to_le()) };
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn atomic(&self, offset: usize) -> Option<&AtomicU64> {
         if offset % 8 != 0 || !self.protection.read {
             return None;
@@ -294,6 +422,57 @@ mod tests {
         assert_eq!(a.load_u64(3), None, "unaligned");
         assert_ne!(file_seals(fd.as_fd()) & libc::F_SEAL_SHRINK as u32, 0);
         assert!(File::from(fd).set_len(0).is_err(), "sealed against shrinking");
+    }
+
+    #[test]
+    fn volatile_accesses_are_single_aligned_words_in_bounds() {
+        let fd = memfd_create("rnic-os-test", 4096, false).unwrap();
+        let bar = MappedRegion::map(fd.as_fd(), 0, 4096, Protection::READ_WRITE).unwrap();
+        let view = MappedRegion::map(fd.as_fd(), 0, 4096, Protection::READ_WRITE).unwrap();
+        assert!(bar.write_volatile_u32(0x10, 0xDEAD_BEEF));
+        let mut out = [0u8; 4];
+        assert!(view.read_at(0x10, &mut out));
+        assert_eq!(out, 0xDEAD_BEEFu32.to_le_bytes(), "little-endian register layout");
+        assert_eq!(view.read_volatile_u32(0x10), Some(0xDEAD_BEEF));
+        assert!(bar.write_volatile_u64(0x230, 0x0123_4567_89AB_CDEF));
+        assert_eq!(view.load_u64(0x230), Some(0x0123_4567_89AB_CDEF));
+        assert_eq!(view.read_volatile_u64(0x230), Some(0x0123_4567_89AB_CDEF));
+        assert_eq!(view.read_volatile_u32(0x234), Some(0x0123_4567), "high half");
+        assert_eq!(bar.read_volatile_u32(0x12), None, "unaligned");
+        assert!(!bar.write_volatile_u64(0x234, 1), "unaligned");
+        assert_eq!(bar.read_volatile_u64(4096), None, "out of bounds");
+        assert!(!bar.write_volatile_u32(4096, 1), "out of bounds");
+        assert!(!bar.write_volatile_u64(usize::MAX - 7, 1), "overflowing offset");
+        let read_only = MappedRegion::map(
+            fd.as_fd(),
+            0,
+            4096,
+            Protection {
+                read: true,
+                write: false,
+            },
+        )
+        .unwrap();
+        assert!(!read_only.write_volatile_u32(0x10, 0), "read-only");
+        assert_eq!(read_only.read_volatile_u32(0x10), Some(0xDEAD_BEEF));
+    }
+
+    #[test]
+    fn locked_anonymous_memory_is_zeroed_whole_pages() {
+        let page = host_page_size() as usize;
+        let region = MappedRegion::anonymous_locked(page + 1, PageSize::Base).unwrap();
+        assert_eq!(region.len(), page + 1);
+        assert_eq!(region.virtual_address() % page, 0);
+        let mut out = vec![0xFFu8; page + 1];
+        assert!(region.read_at(0, &mut out));
+        assert!(out.iter().all(|&b| b == 0), "fresh anonymous memory is zero-filled");
+        assert!(region.write_at(page, &[7]));
+        assert!(!region.write_at(page + 1, &[7]), "only the length asked for is usable");
+        assert_eq!(
+            MappedRegion::anonymous_locked(0, PageSize::Base).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(PageSize::Huge2M.bytes(), 2 << 20);
     }
 
     #[test]
