@@ -10,4 +10,5 @@
 pub mod bench;
 pub mod harness;
 pub mod pcap;
+pub mod perftest;
 pub mod remote;

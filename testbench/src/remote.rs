@@ -81,9 +81,9 @@ const MAX_SLOT_BYTES: usize = 64 << 20;
 /// How long a batch may go without a completion.
 const COMPLETION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The Q_Key of the UD queue pairs.
-const QKEY: u32 = 0x1111_1111;
+pub(crate) const QKEY: u32 = 0x1111_1111;
 /// Bytes of GRH in front of every UD receive.
-const GRH_BYTES: usize = 40;
+pub(crate) const GRH_BYTES: usize = 40;
 /// Most UD payload bytes in flight per batch, over all QPs: a kernel UDP socket buffer
 /// (about 208 KiB by default) holds them with room to spare, so loopback rarely drops one.
 const UD_BATCH_BYTES: usize = 64 << 10;
@@ -276,15 +276,7 @@ struct Local {
 
 impl Local {
     fn open(config: &RemoteConfig) -> Result<Self> {
-        let device = open_device(&config.device).map_err(|error| RemoteError::Device {
-            device: config.device.clone(),
-            reason: error.to_string(),
-        })?;
-        let driver = DriverConfig {
-            ipv4_address: config.ipv4.map(|ip| ip.octets()),
-            ..DriverConfig::default()
-        };
-        let context = Context::open_with_config(device, &driver)?;
+        let context = open_context(&config.device, config.ipv4)?;
         let pd = context.alloc_pd()?;
         let size = message_size(&config.bench);
         let grh = if config.ud { GRH_BYTES } else { 0 };
@@ -396,7 +388,28 @@ impl Local {
     }
 }
 
-fn message_size(config: &BenchConfig) -> usize {
+/// Opens the device named by `device` (see [`open_device`]) with `ipv4` as GID 0's address.
+pub(crate) fn open_context(device: &str, ipv4: Option<Ipv4Addr>) -> Result<Context> {
+    let access = open_device(device).map_err(|error| RemoteError::Device {
+        device: device.to_string(),
+        reason: error.to_string(),
+    })?;
+    open_context_on(access, ipv4)
+}
+
+/// Opens a context on an already opened device (tests hand in embedded NICs on one fabric).
+pub(crate) fn open_context_on(
+    access: Box<dyn rnic_verbs::device_access::DeviceAccess>,
+    ipv4: Option<Ipv4Addr>,
+) -> Result<Context> {
+    let driver = DriverConfig {
+        ipv4_address: ipv4.map(|ip| ip.octets()),
+        ..DriverConfig::default()
+    };
+    Ok(Context::open_with_config(access, &driver)?)
+}
+
+pub(crate) fn message_size(config: &BenchConfig) -> usize {
     if config.operation == Operation::Atomic {
         8
     } else {
@@ -405,6 +418,58 @@ fn message_size(config: &BenchConfig) -> usize {
 }
 
 fn connect(qp: &QueuePair, local_psn: u32, remote: &Endpoint, mtu: Mtu) -> Result<()> {
+    let path = RcPath {
+        mtu,
+        sgid_index: 0,
+        hop_limit: 64,
+        max_dest_rd_atomic: 16,
+        max_rd_atomic: 16,
+        min_rnr_timer: 1,
+        // 4.096 µs × 2^10 ≈ 4 ms: long against a loopback round trip through two emulators,
+        // short enough that a datagram the kernel dropped costs little.
+        timeout: 10,
+    };
+    connect_rc(
+        qp,
+        local_psn,
+        remote.qpn,
+        remote.psn,
+        Gid(remote.gid),
+        remote.mac,
+        &path,
+    )
+}
+
+/// The settings of an RC connection that differ between peers' conventions (ours, perftest's).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RcPath {
+    /// Path MTU.
+    pub(crate) mtu: Mtu,
+    /// Our GID table entry the frames go out from.
+    pub(crate) sgid_index: u8,
+    /// GRH hop limit (IP TTL).
+    pub(crate) hop_limit: u8,
+    /// READs and atomics the peer may have outstanding at us (our responder resources).
+    pub(crate) max_dest_rd_atomic: u8,
+    /// READs and atomics we keep outstanding (at most the peer's responder resources).
+    pub(crate) max_rd_atomic: u8,
+    /// RNR NAK timer code we ask the peer to wait.
+    pub(crate) min_rnr_timer: u8,
+    /// Local ACK timeout code (4.096 µs × 2^timeout).
+    pub(crate) timeout: u8,
+}
+
+/// RESET → INIT → RTR → RTS for an RC QP towards `dest_qpn` at `dgid`/`dmac` (a zero
+/// `dmac` is derived from a link-local `dgid` by the verbs layer); retries 7/7 as perftest.
+pub(crate) fn connect_rc(
+    qp: &QueuePair,
+    local_psn: u32,
+    dest_qpn: u32,
+    dest_psn: u32,
+    dgid: Gid,
+    dmac: [u8; 6],
+    path: &RcPath,
+) -> Result<()> {
     qp.modify(
         &QpAttributes {
             qp_state: QpState::Init,
@@ -417,15 +482,16 @@ fn connect(qp: &QueuePair, local_psn: u32, remote: &Endpoint, mtu: Mtu) -> Resul
     qp.modify(
         &QpAttributes {
             qp_state: QpState::Rtr,
-            path_mtu: mtu,
-            dest_qp_num: remote.qpn,
-            rq_psn: remote.psn,
-            max_dest_rd_atomic: 16,
-            min_rnr_timer: 1,
+            path_mtu: path.mtu,
+            dest_qp_num: dest_qpn,
+            rq_psn: dest_psn,
+            max_dest_rd_atomic: path.max_dest_rd_atomic,
+            min_rnr_timer: path.min_rnr_timer,
             ah_attr: AhAttributes {
-                dgid: Gid(remote.gid),
-                dmac: remote.mac,
-                hop_limit: 64,
+                dgid,
+                dmac,
+                sgid_index: path.sgid_index,
+                hop_limit: path.hop_limit,
                 ..AhAttributes::default()
             },
             ..QpAttributes::default()
@@ -442,12 +508,10 @@ fn connect(qp: &QueuePair, local_psn: u32, remote: &Endpoint, mtu: Mtu) -> Resul
         &QpAttributes {
             qp_state: QpState::Rts,
             sq_psn: local_psn,
-            // 4.096 µs × 2^10 ≈ 4 ms: long against a loopback round trip through two emulators,
-            // short enough that a datagram the kernel dropped costs little.
-            timeout: 10,
+            timeout: path.timeout,
             retry_cnt: 7,
             rnr_retry: 7,
-            max_rd_atomic: 16,
+            max_rd_atomic: path.max_rd_atomic,
             ..QpAttributes::default()
         },
         QpAttributeMask::STATE
@@ -460,8 +524,8 @@ fn connect(qp: &QueuePair, local_psn: u32, remote: &Endpoint, mtu: Mtu) -> Resul
     Ok(())
 }
 
-/// RESET → INIT (Q_Key) → RTR → RTS for a UD QP.
-fn connect_ud(qp: &QueuePair, local_psn: u32) -> Result<()> {
+/// RESET → INIT (Q_Key [`QKEY`], perftest's too) → RTR → RTS for a UD QP.
+pub(crate) fn connect_ud(qp: &QueuePair, local_psn: u32) -> Result<()> {
     qp.modify(
         &QpAttributes {
             qp_state: QpState::Init,
@@ -543,7 +607,7 @@ fn check_config(config: &BenchConfig, ud: bool) -> Result<Mtu> {
         .ok_or_else(|| RemoteError::Config(format!("MTU {}: one of 256, 512, 1024, 2048, 4096", config.mtu)))
 }
 
-fn new_report(config: &BenchConfig) -> BenchReport {
+pub(crate) fn new_report(config: &BenchConfig) -> BenchReport {
     BenchReport {
         operation: config.operation.name(),
         size: message_size(config),
@@ -606,7 +670,7 @@ pub fn run(config: &RemoteConfig) -> Result<BenchReport> {
     }
 }
 
-fn connect_retrying(host: &str, port: u16) -> Result<TcpStream> {
+pub(crate) fn connect_retrying(host: &str, port: u16) -> Result<TcpStream> {
     let deadline = Instant::now() + CONTROL_TIMEOUT;
     loop {
         let addresses: Vec<_> = (host, port).to_socket_addrs()?.collect();
@@ -870,7 +934,7 @@ fn drive(config: &BenchConfig, local: &mut Local, control: &mut Control) -> Resu
     Ok(report)
 }
 
-fn fail(report: &mut BenchReport, what: String) {
+pub(crate) fn fail(report: &mut BenchReport, what: String) {
     report.messages_failed += 1;
     if report.failures.len() < 10 {
         report.failures.push(what);

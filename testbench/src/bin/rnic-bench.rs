@@ -10,7 +10,7 @@ use rnic_hw_model::fabric::FaultPlan;
 use rnic_hw_model::time::Picoseconds;
 use rnic_hw_model::timing::TimingParams;
 use rnic_testbench::bench::{self, BenchConfig, Mode, Operation};
-use rnic_testbench::remote;
+use rnic_testbench::{perftest, remote};
 
 /// Runs RDMA operations between two embedded NICs connected by an in-process wire, and
 /// reports messages, bytes verified, retransmissions and frames. The last line of output
@@ -95,6 +95,33 @@ struct Arguments {
     /// most --mtu).
     #[arg(long, requires = "device")]
     ud: bool,
+    /// Across processes: who the other side is. `rnic-bench` (the default): rnic-bench's own
+    /// control protocol. `perftest`: an unmodified perftest (ib_write_bw, ib_read_bw,
+    /// ib_send_bw [-c UD], ib_atomic_bw, ib_write_lat with `--lat`) on another host; the
+    /// server then listens on every address (docs/guides/interop.md).
+    #[arg(long, value_enum, default_value_t = Peer::RnicBench, requires = "device")]
+    peer: Peer,
+    /// With --peer perftest: our GID table entry (0 = ::ffff:IP with --ip, else the
+    /// link-local GID; the link-local one is 1 with --ip).
+    #[arg(long, default_value_t = 0)]
+    gid_index: u8,
+    /// With --peer perftest: the peer's MAC, needed when its GID is not link-local
+    /// (perftest does not exchange MACs), e.g. 52:54:00:12:34:56.
+    #[arg(long, value_name = "MAC", value_parser = parse_mac)]
+    peer_mac: Option<[u8; 6]>,
+}
+
+/// The program on the other end of `--server`/`--client`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Peer {
+    /// Another rnic-bench.
+    RnicBench,
+    /// perftest 4.5-0.17's out-of-band exchange.
+    Perftest,
+}
+
+fn parse_mac(text: &str) -> Result<[u8; 6], String> {
+    rnic_verbs::backend::vfio_user::parse_mac(text).ok_or_else(|| format!("bad MAC address {text:?}"))
 }
 
 fn main() -> ExitCode {
@@ -165,6 +192,9 @@ fn main() -> ExitCode {
         return sweep_main(&arguments, config);
     }
     if let Some(device) = arguments.device.clone() {
+        if arguments.peer == Peer::Perftest {
+            return perftest_main(&arguments, config, device);
+        }
         return remote_main(&arguments, config, device);
     }
     let (report, capture) = match bench::run(&config) {
@@ -233,6 +263,45 @@ fn remote_main(arguments: &Arguments, bench: BenchConfig, device: String) -> Exi
     }
 }
 
+/// `--peer perftest`: one side against an unmodified perftest (testbench/src/perftest.rs).
+fn perftest_main(arguments: &Arguments, bench: BenchConfig, device: String) -> ExitCode {
+    let role = match &arguments.client {
+        Some(host) => remote::Role::Client {
+            host: host.clone(),
+            port: arguments.port,
+        },
+        None => remote::Role::Server { port: arguments.port },
+    };
+    let outcome = perftest::Test::new(bench.operation, arguments.ud, arguments.lat).and_then(|test| {
+        let config = perftest::PerftestConfig {
+            bench,
+            test,
+            gid_index: arguments.gid_index,
+            peer_mac: arguments.peer_mac,
+        };
+        perftest::run(&config, &device, arguments.ip, &role)
+    });
+    let report = match outcome {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("rnic-bench: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", report.to_text());
+    for failure in &report.failures {
+        println!("failure: {failure}");
+    }
+    if arguments.json {
+        println!("{}", report.to_json());
+    }
+    if report.messages_failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 /// The timing-only flags given on the command line, for the error across processes.
 fn timing_only_flags(arguments: &Arguments) -> Option<String> {
     let flags: Vec<&str> = [
@@ -241,7 +310,8 @@ fn timing_only_flags(arguments: &Arguments) -> Option<String> {
         ("--set", !arguments.overrides.is_empty()),
         ("--link-latency-ns", arguments.link_latency_ns.is_some()),
         ("--mode", arguments.mode.is_some()),
-        ("--lat", arguments.lat),
+        // `ib_write_lat` is a perftest program of its own.
+        ("--lat", arguments.lat && arguments.peer != Peer::Perftest),
         ("--bw", arguments.bw),
         ("--breakdown", arguments.breakdown),
     ]

@@ -1,0 +1,328 @@
+//! `rnic-bench --peer perftest` without rxe: the exchange over loopback TCP, each NIC an
+//! embedded one on a shared in-process wire.
+//!
+//! * rnic-bench as client against rnic-bench as server, both speaking perftest's exchange:
+//!   every program's handshake sequence from both ends, with traffic and `--verify`.
+//! * A fake perftest client that is only bytes on a socket, written from perftest
+//!   4.5-0.17's source (ethernet_write_keys, exchange_versions, check_sys_data,
+//!   check_mtu, xchg_bw_reports, ctx_close_connection), against rnic-bench as server.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+use rnic_testbench::bench::{BenchConfig, BenchReport, Operation};
+use rnic_testbench::perftest::{self, Exchange, KeyMessage, PerftestConfig, PerftestError, Test, KEY_LEN_GID};
+use rnic_verbs::backend::{EmbeddedFabric, FabricConfig};
+
+fn config(test: Test, size: usize, iterations: u64, queue_pairs: usize, verify: bool) -> PerftestConfig {
+    let operation = match test {
+        Test::WriteBw | Test::WriteLat => Operation::Write,
+        Test::ReadBw => Operation::Read,
+        Test::AtomicBw => Operation::Atomic,
+        Test::SendBw | Test::SendUdBw => Operation::Send,
+    };
+    PerftestConfig {
+        bench: BenchConfig {
+            operation,
+            size,
+            iterations,
+            queue_pairs,
+            mtu: 1024,
+            verify,
+            ..BenchConfig::default()
+        },
+        test,
+        gid_index: 0,
+        peer_mac: None,
+    }
+}
+
+/// Runs rnic-bench's server and client sides of `test` against each other.
+fn pair_up(server: PerftestConfig, client: PerftestConfig) -> (BenchReport, BenchReport) {
+    let fabric = EmbeddedFabric::new(FabricConfig::default());
+    let nic_a = fabric.add_nic([2, 0, 0, 0, 0, 0xa]);
+    let nic_b = fabric.add_nic([2, 0, 0, 0, 0, 0xb]);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut exchange = Exchange::new(stream, false).unwrap();
+        perftest::run_with_device(&server, Box::new(nic_a), None, &mut exchange)
+    });
+    let mut exchange = Exchange::new(TcpStream::connect(("127.0.0.1", port)).unwrap(), true).unwrap();
+    let driven = perftest::run_with_device(&client, Box::new(nic_b), None, &mut exchange).unwrap();
+    (served.join().unwrap().unwrap(), driven)
+}
+
+fn assert_clean(report: &BenchReport, messages: u64, what: &str) {
+    assert_eq!(report.failures, Vec::<String>::new(), "{what}");
+    assert_eq!(report.messages_failed, 0, "{what}");
+    assert_eq!(report.messages_ok, messages, "{what}");
+}
+
+#[test]
+fn every_program_pairs_with_itself_and_verifies() {
+    for (test, size, iterations, queue_pairs) in [
+        (Test::WriteBw, 100, 150, 2),
+        (Test::WriteBw, 5000, 20, 1),
+        (Test::ReadBw, 64, 100, 2),
+        (Test::AtomicBw, 8, 200, 2),
+        (Test::SendBw, 3000, 50, 2),
+        (Test::SendUdBw, 512, 40, 1),
+        (Test::WriteLat, 2, 30, 1),
+    ] {
+        let what = format!("{} -s {size} -n {iterations} -q {queue_pairs}", test.program());
+        let (server, client) = pair_up(
+            config(test, size, iterations, queue_pairs, true),
+            config(test, size, iterations, queue_pairs, true),
+        );
+        let messages = iterations * queue_pairs as u64;
+        assert_clean(&client, messages, &format!("client of {what}"));
+        assert_clean(&server, messages, &format!("server of {what}"));
+        match test {
+            Test::WriteBw | Test::ReadBw | Test::AtomicBw | Test::WriteLat => {
+                assert!(server.bytes_verified > 0, "{what}: the server checked its memory")
+            }
+            Test::SendBw | Test::SendUdBw => {}
+        }
+        if matches!(test, Test::ReadBw | Test::AtomicBw | Test::WriteLat) {
+            assert!(client.bytes_verified > 0, "{what}: the client checked what it fetched");
+        }
+    }
+}
+
+#[test]
+fn a_server_that_expected_other_iterations_says_so() {
+    let (served, client) = std::thread::scope(|scope| {
+        let fabric = EmbeddedFabric::new(FabricConfig::default());
+        let nic_a = fabric.add_nic([2, 0, 0, 0, 0, 0xa]);
+        let nic_b = fabric.add_nic([2, 0, 0, 0, 0, 0xb]);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = scope.spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut exchange = Exchange::new(stream, false).unwrap();
+            perftest::run_with_device(
+                &config(Test::WriteBw, 64, 20, 1, false),
+                Box::new(nic_a),
+                None,
+                &mut exchange,
+            )
+        });
+        let mut exchange = Exchange::new(TcpStream::connect(("127.0.0.1", port)).unwrap(), true).unwrap();
+        let client = perftest::run_with_device(
+            &config(Test::WriteBw, 64, 10, 1, false),
+            Box::new(nic_b),
+            None,
+            &mut exchange,
+        );
+        (server.join().unwrap(), client)
+    });
+    match served {
+        Err(PerftestError::Mismatch(why)) => assert!(why.contains("-n 10"), "{why}"),
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    // The client's traffic itself went through; only the closing exchange broke.
+    assert!(client.is_err());
+}
+
+/// What perftest's `ethernet_write_keys` sends for a QP on a link-local GID.
+fn perftest_keys(qpn: u32) -> Vec<u8> {
+    let text = format!(
+        "0000:0001:{qpn:06x}:00abcd:00001000:00005555aaaa0000:fe:80:00:00:00:00:00:00:50:54:00:ff:fe:12:34:56:00000000:"
+    );
+    let mut bytes = text.into_bytes();
+    assert_eq!(bytes.len(), KEY_LEN_GID - 1);
+    bytes.push(0);
+    bytes
+}
+
+/// A fake `ib_write_bw` client: bytes only, no RDMA. Returns what the server sent.
+fn fake_write_bw_client(port: u16, report_iters: u64, qps: usize) -> std::io::Result<Vec<Vec<u8>>> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    let mut heard = Vec::new();
+    let mut swap = |stream: &mut TcpStream, mine: &[u8], theirs: usize| -> std::io::Result<()> {
+        stream.write_all(mine)?;
+        let mut buffer = vec![0u8; theirs];
+        stream.read_exact(&mut buffer)?;
+        heard.push(buffer);
+        Ok(())
+    };
+    swap(&mut stream, b"6.06\0\0\0\0\0\0\0\0\0\0\0\0", 16)?;
+    swap(&mut stream, &4096u32.to_be_bytes(), 4)?;
+    swap(&mut stream, &64u32.to_be_bytes(), 4)?;
+    swap(&mut stream, b"3\0", 2)?; // IBV_MTU_1024
+    for _round in 0..2 {
+        for qp in 0..qps {
+            swap(&mut stream, &perftest_keys(0x100 + qp as u32), KEY_LEN_GID)?;
+        }
+    }
+    swap(&mut stream, &perftest_keys(0x100), KEY_LEN_GID)?; // after RTR
+    swap(&mut stream, &perftest_keys(0x100), KEY_LEN_GID)?; // the test is over
+    for field in [
+        64u64.to_be_bytes(),
+        report_iters.to_be_bytes(),
+        100.0f64.to_bits().to_be_bytes(),
+        100.0f64.to_bits().to_be_bytes(),
+        1.5f64.to_bits().to_be_bytes(),
+    ] {
+        swap(&mut stream, &field, 8)?;
+    }
+    swap(&mut stream, &perftest_keys(0x100), KEY_LEN_GID)?; // ctx_close_connection
+    stream.write_all(b"done\0")?;
+    let mut done = [0u8; 5];
+    stream.read_exact(&mut done)?;
+    heard.push(done.to_vec());
+    Ok(heard)
+}
+
+fn serve_one(
+    config: PerftestConfig,
+    client: impl FnOnce(u16) -> std::io::Result<Vec<Vec<u8>>> + Send,
+) -> (Result<BenchReport, PerftestError>, std::io::Result<Vec<Vec<u8>>>) {
+    let fabric = EmbeddedFabric::new(FabricConfig::default());
+    let nic = fabric.add_nic([2, 0, 0, 0, 0, 0xa]);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::scope(|scope| {
+        let fake = scope.spawn(move || client(port));
+        let (stream, _) = listener.accept().unwrap();
+        let mut exchange = Exchange::new(stream, false).unwrap();
+        let served = perftest::run_with_device(&config, Box::new(nic), None, &mut exchange);
+        drop(exchange);
+        (served, fake.join().unwrap())
+    })
+}
+
+#[test]
+fn a_perftest_client_hears_perftests_bytes() {
+    let (served, heard) = serve_one(config(Test::WriteBw, 64, 1000, 2, false), |port| {
+        fake_write_bw_client(port, 1000, 2)
+    });
+    let report = served.unwrap();
+    assert_eq!(
+        report.messages_ok, 2000,
+        "the client's word, unchecked without --verify"
+    );
+    let heard = heard.unwrap();
+    assert_eq!(heard[0], b"6.06\0\0\0\0\0\0\0\0\0\0\0\0");
+    assert_eq!(heard[1], [0, 0, 0x10, 0], "page size, big-endian");
+    assert_eq!(heard[2], [0, 0, 0, 64], "cache line, big-endian");
+    assert_eq!(heard[3], b"3\0", "our 1024 as IBV_MTU_1024");
+    let keys: Vec<KeyMessage> = heard[4..10].iter().map(|k| KeyMessage::decode(k).unwrap()).collect();
+    assert_eq!(keys[0], keys[2], "both rounds carry the same keys");
+    assert_eq!(keys[1], keys[3]);
+    assert_ne!(keys[0].qpn, keys[1].qpn);
+    assert!(keys.iter().all(|k| k.out_reads == 1 && k.lid == 0 && k.psn < 1 << 24));
+    let gid = keys[0].gid.unwrap();
+    assert_eq!(
+        &gid[..8],
+        &[0xfe, 0x80, 0, 0, 0, 0, 0, 0],
+        "link-local GID 0 without --ip"
+    );
+    assert!(heard[4].ends_with(b":\0"), "{:?}", String::from_utf8_lossy(&heard[4]));
+    let report_fields = &heard[10..15];
+    assert_eq!(
+        report_fields[0],
+        64u64.to_be_bytes(),
+        "the server's report echoes the size"
+    );
+    assert_eq!(heard.last().unwrap(), b"done\0");
+}
+
+#[test]
+fn a_server_verifying_writes_that_never_came_fails_them() {
+    let (served, heard) = serve_one(config(Test::WriteBw, 64, 10, 1, true), |port| {
+        fake_write_bw_client(port, 10, 1)
+    });
+    heard.unwrap();
+    let report = served.unwrap();
+    assert_eq!(report.messages_ok, 0);
+    assert_eq!(report.messages_failed, 10);
+}
+
+#[test]
+fn garbage_from_the_peer_is_an_error_not_a_panic() {
+    for garbage in [
+        &b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"[..],
+        b"4.0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+        b"6.0",
+    ] {
+        let sent = garbage.to_vec();
+        let (served, _) = serve_one(config(Test::WriteBw, 64, 10, 1, false), move |port| {
+            let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+            stream.write_all(&sent)?;
+            stream.shutdown(std::net::Shutdown::Write)?;
+            let mut rest = Vec::new();
+            let _ = stream.read_to_end(&mut rest);
+            Ok(vec![rest])
+        });
+        assert!(served.is_err(), "{garbage:?}");
+    }
+    // A good start, then keys that are not perftest's text.
+    let (served, _) = serve_one(config(Test::WriteBw, 64, 10, 1, false), |port| {
+        let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+        let mut sink = [0u8; 16];
+        for (mine, theirs) in [
+            (&b"6.06\0\0\0\0\0\0\0\0\0\0\0\0"[..], 16),
+            (&4096u32.to_be_bytes()[..], 4),
+            (&64u32.to_be_bytes()[..], 4),
+            (&b"3\0"[..], 2),
+        ] {
+            stream.write_all(mine)?;
+            stream.read_exact(&mut sink[..theirs])?;
+        }
+        stream.write_all(&[b'x'; KEY_LEN_GID])?;
+        Ok(Vec::new())
+    });
+    assert!(matches!(served, Err(PerftestError::Message(_))), "{served:?}");
+}
+
+#[test]
+fn the_command_line_serves_a_perftest_client() {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let server = std::process::Command::new(env!("CARGO_BIN_EXE_rnic-bench"))
+        .args([
+            "write", "--peer", "perftest", "--server", "--device", "embedded", "--size", "64",
+        ])
+        .args([
+            "--iters",
+            "1000",
+            "--qps",
+            "2",
+            "--mtu",
+            "1024",
+            "--port",
+            &port.to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let heard = loop {
+        match fake_write_bw_client(port, 1000, 2) {
+            Ok(heard) => break heard,
+            Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(50)),
+            Err(error) => panic!("{error}"),
+        }
+    };
+    assert_eq!(heard.last().unwrap(), b"done\0");
+    let output = server.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("ib_write_bw"), "{stdout}");
+}
+
+#[test]
+fn the_command_line_refuses_what_perftest_has_no_program_for() {
+    for args in [&["read", "--ud"][..], &["send", "--lat"], &["mixed"]] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_rnic-bench"))
+            .args(args)
+            .args(["--peer", "perftest", "--server", "--device", "embedded", "--port", "1"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("no perftest program"), "{args:?}: {stderr}");
+    }
+}
