@@ -35,7 +35,10 @@
 //! * `vfio-user:PATH` — the NIC served by `rnic-emu serve --socket PATH`
 //!   ([`backend::VfioUserDevice`]); `vfio-user:PATH,mac=02:52:4e:49:43:07` when the
 //!   emulator was started with another `--mac` (a vfio-user device does not report its
-//!   MAC address).
+//!   MAC address);
+//! * `pci`, `pci:DDDD:BB:DD.F` (optionally `,mac=MAC`) — an rnic PCI function seen by
+//!   Linux, in a QEMU guest or on bare metal, driven from user space through sysfs
+//!   ([`backend::PciDevice`]: root, 2 MiB huge pages, completions by polling).
 //!
 //! With the vfio-user backend, memory the device reaches must be shared with the
 //! emulator process, so [`ProtectionDomain::register_user_memory`] copies the

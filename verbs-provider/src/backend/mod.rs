@@ -5,13 +5,17 @@
 //!   together by an in-process fabric.
 //! * [`vfio_user`]: a NIC in another process (`rnic-emu serve`), driven over its
 //!   vfio-user socket as a VMM would.
+//! * [`pci`]: a PCI function seen by Linux (in a QEMU guest, or on bare metal), driven
+//!   from user space through sysfs, with pinned huge-page DMA memory and polling.
 //!
 //! A Linux VFIO backend will live next to them.
 
 pub mod embedded;
+pub mod pci;
 pub mod vfio_user;
 
 pub use embedded::{EmbeddedConfig, EmbeddedDevice, EmbeddedFabric, UserMemoryLayout};
+pub use pci::{PciDevice, PciOptions, PciSelector};
 pub use rnic_hw_model::fabric::{CapturedFrame, DeviceId, FabricConfig, FabricStatistics, FaultPlan};
 pub use vfio_user::{VfioUserDevice, VfioUserOptions};
 
@@ -24,11 +28,15 @@ use crate::device_access::{AccessError, DeviceAccess};
 /// | `embedded` | a new [`EmbeddedDevice`] (default configuration, alone on its fabric) |
 /// | `vfio-user:PATH` | [`VfioUserDevice::connect`] to the vfio-user socket at `PATH` |
 /// | `vfio-user:PATH,mac=MAC` | the same, with the port MAC the emulator was given (`--mac`; default [`vfio_user::DEFAULT_MAC`]) |
+/// | `pci` | [`PciDevice`]: the first PCI function with the rnic's IDs under `/sys/bus/pci/devices` (root, huge pages, polling) |
+/// | `pci:DDDD:BB:DD.F` | [`PciDevice`] on that function |
+/// | `pci,mac=MAC`, `pci:DDDD:BB:DD.F,mac=MAC` | the same, with the port MAC (the emulator's `--mac`; default [`vfio_user::DEFAULT_MAC`]) |
 ///
 /// ```
 /// let device = rnic_verbs::backend::open_device("embedded").unwrap();
 /// let context = rnic_verbs::Context::open(device).unwrap();
-/// assert!(rnic_verbs::backend::open_device("pci:0000:01:00.0").is_err());
+/// assert!(rnic_verbs::backend::open_device("pci:0000:01:00.0,mac=02:52:4e:49:43:09").is_err()); // no such function here
+/// assert!(rnic_verbs::backend::open_device("pci:01:00").is_err()); // not an address
 /// ```
 ///
 /// # Errors
@@ -39,20 +47,34 @@ pub fn open_device(spec: &str) -> Result<Box<dyn DeviceAccess>, AccessError> {
     if spec == "embedded" {
         return Ok(Box::new(EmbeddedDevice::new()));
     }
-    let Some(rest) = spec.strip_prefix("vfio-user:") else {
+    let (base, mac) = match spec.rsplit_once(",mac=") {
+        Some((base, mac)) => (
+            base,
+            Some(vfio_user::parse_mac(mac).ok_or_else(|| invalid(format!("bad MAC address {mac:?} in {spec:?}")))?),
+        ),
+        None => (spec, None),
+    };
+    if base == "pci" || base.starts_with("pci:") {
+        let selector = match base.strip_prefix("pci:") {
+            Some(address) => PciSelector::address(address)?,
+            None => PciSelector::First,
+        };
+        let mut options = PciOptions::default();
+        if let Some(mac) = mac {
+            options.mac_address = mac;
+        }
+        return Ok(Box::new(PciDevice::open_with(&selector, options)?));
+    }
+    let Some(path) = base.strip_prefix("vfio-user:") else {
         return Err(invalid(format!(
-            "unknown device string {spec:?}: expected `embedded` or `vfio-user:PATH`"
+            "unknown device string {spec:?}: expected `embedded`, `vfio-user:PATH[,mac=MAC]` \
+             or `pci[:DDDD:BB:DD.F][,mac=MAC]`"
         )));
     };
     let mut options = VfioUserOptions::default();
-    let path = match rest.rsplit_once(",mac=") {
-        Some((path, mac)) => {
-            options.mac_address =
-                vfio_user::parse_mac(mac).ok_or_else(|| invalid(format!("bad MAC address {mac:?} in {spec:?}")))?;
-            path
-        }
-        None => rest,
-    };
+    if let Some(mac) = mac {
+        options.mac_address = mac;
+    }
     if path.is_empty() {
         return Err(invalid(format!("no socket path in {spec:?}")));
     }
