@@ -74,8 +74,10 @@ struct Arguments {
     #[arg(long)]
     breakdown: bool,
     /// Across processes (perftest's split): the NIC to use, e.g. `vfio-user:/tmp/a.sock` or
-    /// `vfio-user:/tmp/a.sock,mac=02:52:4e:49:43:02` (see docs/guides/emulator.md).
-    /// Needs --server or --client.
+    /// `vfio-user:/tmp/a.sock,mac=02:52:4e:49:43:02` (an `rnic-emu serve` socket), or `pci`,
+    /// `pci:0000:00:04.0`, `pci,mac=02:52:4e:49:43:02` (an rnic PCI function under Linux, e.g.
+    /// in a QEMU guest: needs root and 2 MiB huge pages, polls for completions; see
+    /// docs/guides/emulator.md). Needs --server or --client.
     #[arg(long, requires = "side")]
     device: Option<String>,
     /// Across processes: wait on 127.0.0.1:PORT for the client, serve and verify.
