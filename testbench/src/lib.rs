@@ -11,4 +11,5 @@ pub mod bench;
 pub mod harness;
 pub mod pcap;
 pub mod perftest;
+pub mod pingpong;
 pub mod remote;

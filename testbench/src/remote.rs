@@ -470,6 +470,12 @@ pub(crate) fn connect_rc(
     dmac: [u8; 6],
     path: &RcPath,
 ) -> Result<()> {
+    init_rc(qp)?;
+    rtr_rts_rc(qp, local_psn, dest_qpn, dest_psn, dgid, dmac, path)
+}
+
+/// RESET → INIT for an RC QP, remote access allowed (receives may be posted from here on).
+pub(crate) fn init_rc(qp: &QueuePair) -> Result<()> {
     qp.modify(
         &QpAttributes {
             qp_state: QpState::Init,
@@ -479,6 +485,19 @@ pub(crate) fn connect_rc(
         },
         QpAttributeMask::STATE | QpAttributeMask::PKEY_INDEX | QpAttributeMask::PORT | QpAttributeMask::ACCESS_FLAGS,
     )?;
+    Ok(())
+}
+
+/// INIT → RTR → RTS for an RC QP (the second half of [`connect_rc`]).
+pub(crate) fn rtr_rts_rc(
+    qp: &QueuePair,
+    local_psn: u32,
+    dest_qpn: u32,
+    dest_psn: u32,
+    dgid: Gid,
+    dmac: [u8; 6],
+    path: &RcPath,
+) -> Result<()> {
     qp.modify(
         &QpAttributes {
             qp_state: QpState::Rtr,

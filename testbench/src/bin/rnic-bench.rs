@@ -10,7 +10,7 @@ use rnic_hw_model::fabric::FaultPlan;
 use rnic_hw_model::time::Picoseconds;
 use rnic_hw_model::timing::TimingParams;
 use rnic_testbench::bench::{self, BenchConfig, Mode, Operation};
-use rnic_testbench::{perftest, remote};
+use rnic_testbench::{perftest, pingpong, remote};
 
 /// Runs RDMA operations between two embedded NICs connected by an in-process wire, and
 /// reports messages, bytes verified, retransmissions and frames. The last line of output
@@ -100,7 +100,8 @@ struct Arguments {
     /// Across processes: who the other side is. `rnic-bench` (the default): rnic-bench's own
     /// control protocol. `perftest`: an unmodified perftest (ib_write_bw, ib_read_bw,
     /// ib_send_bw [-c UD], ib_atomic_bw, ib_write_lat with `--lat`) on another host; the
-    /// server then listens on every address (docs/guides/interop.md).
+    /// server then listens on every address (docs/guides/interop.md). `pingpong`:
+    /// `ibv_rc_pingpong` (operation `send`; same --size/-s, --iters/-n, --mtu/-m on both).
     #[arg(long, value_enum, default_value_t = Peer::RnicBench, requires = "device")]
     peer: Peer,
     /// With --peer perftest: our GID table entry (0 = ::ffff:IP with --ip, else the
@@ -120,6 +121,8 @@ enum Peer {
     RnicBench,
     /// perftest 4.5-0.17's out-of-band exchange.
     Perftest,
+    /// ibverbs-utils' `ibv_rc_pingpong` (operation `send`).
+    Pingpong,
 }
 
 fn parse_mac(text: &str) -> Result<[u8; 6], String> {
@@ -194,8 +197,10 @@ fn main() -> ExitCode {
         return sweep_main(&arguments, config);
     }
     if let Some(device) = arguments.device.clone() {
-        if arguments.peer == Peer::Perftest {
-            return perftest_main(&arguments, config, device);
+        match arguments.peer {
+            Peer::Perftest => return perftest_main(&arguments, config, device),
+            Peer::Pingpong => return pingpong_main(&arguments, config, device),
+            Peer::RnicBench => {}
         }
         return remote_main(&arguments, config, device);
     }
@@ -304,6 +309,45 @@ fn perftest_main(arguments: &Arguments, bench: BenchConfig, device: String) -> E
     }
 }
 
+/// `--peer pingpong`: one side against an unmodified ibv_rc_pingpong (testbench/src/pingpong.rs).
+fn pingpong_main(arguments: &Arguments, bench: BenchConfig, device: String) -> ExitCode {
+    if arguments.ud || arguments.lat {
+        eprintln!("rnic-bench: ibv_rc_pingpong is RC SEND ping-pong: no --ud or --lat");
+        return ExitCode::FAILURE;
+    }
+    let role = match &arguments.client {
+        Some(host) => remote::Role::Client {
+            host: host.clone(),
+            port: arguments.port,
+        },
+        None => remote::Role::Server { port: arguments.port },
+    };
+    let config = pingpong::PingpongConfig {
+        bench,
+        gid_index: arguments.gid_index,
+        peer_mac: arguments.peer_mac,
+    };
+    let report = match pingpong::run(&config, &device, arguments.ip, &role) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("rnic-bench: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", report.to_text());
+    for failure in &report.failures {
+        println!("failure: {failure}");
+    }
+    if arguments.json {
+        println!("{}", report.to_json());
+    }
+    if report.messages_failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 /// The timing-only flags given on the command line, for the error across processes.
 fn timing_only_flags(arguments: &Arguments) -> Option<String> {
     let flags: Vec<&str> = [
@@ -313,7 +357,7 @@ fn timing_only_flags(arguments: &Arguments) -> Option<String> {
         ("--link-latency-ns", arguments.link_latency_ns.is_some()),
         ("--mode", arguments.mode.is_some()),
         // `ib_write_lat` is a perftest program of its own.
-        ("--lat", arguments.lat && arguments.peer != Peer::Perftest),
+        ("--lat", arguments.lat && arguments.peer == Peer::RnicBench),
         ("--bw", arguments.bw),
         ("--breakdown", arguments.breakdown),
     ]
