@@ -21,6 +21,7 @@ pub mod diagnostics;
 pub mod doorbell;
 pub mod eq;
 pub mod fabric;
+mod fast_hash;
 pub mod firmware;
 pub mod hem;
 pub mod interrupt;

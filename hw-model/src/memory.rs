@@ -6,11 +6,11 @@
 //! each mapped to a page of some backing buffer, so tests and the embedded backend can
 //! lay buffers out contiguously or scattered, as an IOMMU would.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, RwLock};
 
 use rnic_firmware_if::bits::Layout;
+
+use crate::fast_hash::FastHashMap;
 
 /// Why a DMA access failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -186,29 +186,8 @@ struct Frame {
     writable: bool,
 }
 
-/// A hasher for frame numbers: one multiply (Fibonacci hashing), enough for keys that
-/// are small consecutive integers, and much cheaper than SipHash or a B-tree search.
-#[derive(Debug, Default, Clone, Copy)]
-struct FrameHasher(u64);
-
-impl Hasher for FrameHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, value: u64) {
-        // The high bits of the product pick the bucket group and the control byte; fold
-        // them down so both halves of the hash are well mixed.
-        let h = (self.0 ^ value).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = h ^ (h >> 32);
-    }
-}
-
-type FrameMap = HashMap<u64, Frame, BuildHasherDefault<FrameHasher>>;
+/// Frame number → frame; looked up on every DMA access, hence the one-multiply hasher.
+type FrameMap = FastHashMap<u64, Frame>;
 
 /// An address space of 4 KiB frames, each mapped to one frame-sized piece of a
 /// [`Backing`]. Unmapped addresses fail with [`MemoryError::Unmapped`].

@@ -1,7 +1,8 @@
 //! A small exact LRU set: a hash map from key to a slot in an intrusive doubly linked list.
 
-use std::collections::HashMap;
 use std::hash::Hash;
+
+use crate::fast_hash::FastHashMap;
 
 const NONE: usize = usize::MAX;
 
@@ -16,7 +17,7 @@ struct Node<K> {
 #[derive(Debug, Clone)]
 pub struct LruCache<K: Hash + Eq + Copy> {
     capacity: usize,
-    map: HashMap<K, usize>,
+    map: FastHashMap<K, usize>,
     nodes: Vec<Node<K>>,
     /// Most recently used.
     head: usize,
@@ -29,7 +30,7 @@ impl<K: Hash + Eq + Copy> LruCache<K> {
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
-            map: HashMap::new(),
+            map: FastHashMap::default(),
             nodes: Vec::new(),
             head: NONE,
             tail: NONE,
