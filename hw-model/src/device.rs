@@ -683,8 +683,24 @@ impl Device {
         if !self.config_space.bus_master_enabled() {
             return Err(Rejection::dma("context", 0, "bus mastering is disabled"));
         }
-        let result = self.table(table).locate(&*self.memory, index);
+        let memory = &*self.memory;
+        let context_table = match table {
+            ContextTableId::Qpc => &mut self.tables.qpc,
+            ContextTableId::Mpt => &mut self.tables.mpt,
+            ContextTableId::Cqc => &mut self.tables.cqc,
+            ContextTableId::Srqc => &mut self.tables.srqc,
+        };
+        let result = context_table.locate_cached(memory, index);
         result.map_err(|e| Rejection::no_table("context table", index as u64, e))
+    }
+
+    /// Forgets the object addresses the context tables remember: the driver may have
+    /// changed host BT pages before any command or mailbox (see `hem`).
+    pub(crate) fn forget_context_locations(&mut self) {
+        self.tables.qpc.forget_locations();
+        self.tables.mpt.forget_locations();
+        self.tables.cqc.forget_locations();
+        self.tables.srqc.forget_locations();
     }
 
     /// Reads object `index`'s context from host memory; returns it and its bus address.

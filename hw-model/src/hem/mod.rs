@@ -16,8 +16,13 @@
 //!
 //! The object's context is at `chunk + (i % chunk_objects) × object_size`.
 //!
-//! **Host memory is the truth**: the device walks the host BT pages from the L0 slot on
-//! every lookup. `WRITE_<T>_BT0` (level 0) stores the L0 slot of the object named by the
+//! **Host memory is the truth**: the device walks the host BT pages from the L0 slot to
+//! find an object. Like hns hardware, which caches BT entries, it remembers the address a
+//! walk found ([`ContextTable::locate_cached`]) until the driver next says something may
+//! have changed: any `WRITE`/`DESTROY` of a base address, `CFG_BT_ATTR`, a function reset,
+//! and — kept by the device — any firmware command or mailbox (the driver writes new BT
+//! entries into host memory before the CREATE mailbox of the object that needs them; see
+//! docs/architecture.md). Failed walks are never remembered. `WRITE_<T>_BT0` (level 0) stores the L0 slot of the object named by the
 //! tag; `WRITE_<T>_BT1/BT2` (levels ≥ 1) are validated (index in range, level ≤ hop,
 //! address non-zero and aligned) but not needed, because the driver also writes the same
 //! addresses into the host BT pages. Unlike hns, an L0 index beyond the slot count is
@@ -29,6 +34,7 @@
 
 use rnic_firmware_if::mtr::{BT_ENTRY_SIZE, MAX_HOP, MIN_PAGE_SHIFT};
 
+use crate::fast_hash::FastHashMap;
 use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
 
 #[cfg(test)]
@@ -37,6 +43,9 @@ mod tests;
 pub use rnic_firmware_if::mtr::{MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
 /// Required alignment of BT page and buffer chunk addresses.
 pub const HEM_ADDRESS_ALIGNMENT: u64 = 1 << MIN_PAGE_SHIFT;
+/// Most object addresses a table remembers; a hostile driver touching more objects only
+/// makes the table start over, so its memory stays bounded.
+pub const LOCATION_CACHE_CAPACITY: usize = 4096;
 
 /// Addressing attributes of a context table, set by `CFG_BT_ATTR`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,6 +307,9 @@ pub struct ContextTable {
     object_count: u32,
     l0_slots: Vec<Option<u64>>,
     attributes: Option<ContextTableAttributes>,
+    /// Object index → context address found by a successful walk (see the module
+    /// documentation for when it is forgotten).
+    located: FastHashMap<u32, u64>,
 }
 
 impl ContextTable {
@@ -314,6 +326,7 @@ impl ContextTable {
             object_count,
             l0_slots: vec![None; l0_slot_count],
             attributes: None,
+            located: FastHashMap::default(),
         }
     }
 
@@ -356,6 +369,18 @@ impl ContextTable {
     pub fn reset(&mut self) {
         self.l0_slots.fill(None);
         self.attributes = None;
+        self.forget_locations();
+    }
+
+    /// Forgets every remembered object address, so the next lookups walk the host BT
+    /// pages again.
+    pub fn forget_locations(&mut self) {
+        self.located.clear();
+    }
+
+    /// Number of object addresses remembered (for tests).
+    pub fn remembered_locations(&self) -> usize {
+        self.located.len()
     }
 
     /// Sets the addressing attributes (`CFG_BT_ATTR`). Refused while L0 slots hold base
@@ -391,6 +416,7 @@ impl ContextTable {
         if valid_slots > 0 && self.attributes != Some(attributes) {
             return Err(HemError::AttributesInUse { table, valid_slots });
         }
+        self.forget_locations();
         self.attributes = Some(attributes);
         Ok(())
     }
@@ -433,6 +459,7 @@ impl ContextTable {
     /// pages). The address must be non-zero and 4 KiB aligned.
     pub fn write_base_address(&mut self, index: u32, level: u8, address: u64) -> Result<(), HemError> {
         let location = self.check_level(index, level)?;
+        self.forget_locations();
         let table = self.name;
         if address == 0 {
             return Err(HemError::NullAddress { table, index, level });
@@ -480,6 +507,7 @@ impl ContextTable {
     /// (already empty is fine); levels 1..=hop are only validated.
     pub fn destroy_base_address(&mut self, index: u32, level: u8) -> Result<(), HemError> {
         let location = self.check_level(index, level)?;
+        self.forget_locations();
         if level == 0 {
             self.l0_slots[location.l0 as usize] = None;
             tracing::trace!(table = self.name, index, slot = location.l0, "L0 slot cleared");
@@ -496,6 +524,20 @@ impl ContextTable {
         // The chunk is 4 KiB aligned and the offset is below the chunk size; a chunk at
         // the very top of the address space would wrap, which no DMA can reach anyway.
         Ok(chunk.wrapping_add(location.offset_in_chunk))
+    }
+
+    /// [`locate`](Self::locate), remembering the address a successful walk finds, and
+    /// answering from memory while it is remembered (a hit reads no host memory).
+    pub fn locate_cached(&mut self, memory: &dyn HostMemory, index: u32) -> Result<u64, HemError> {
+        if let Some(&address) = self.located.get(&index) {
+            return Ok(address);
+        }
+        let address = self.locate(memory, index)?;
+        if self.located.len() >= LOCATION_CACHE_CAPACITY {
+            self.located.clear();
+        }
+        self.located.insert(index, address);
+        Ok(address)
     }
 
     fn require_attributes(&self) -> Result<ContextTableAttributes, HemError> {

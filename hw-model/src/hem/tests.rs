@@ -467,3 +467,85 @@ fn bad_attributes_are_rejected() {
     assert_eq!(table.attributes(), None);
     table.set_attributes(attrs(12, 13, 3)).unwrap();
 }
+
+#[test]
+fn a_remembered_address_is_used_until_the_driver_may_have_changed_the_bt_pages() {
+    let mut space = TestSpace::new(MIB);
+    let mut rng = XorShift64::new(2);
+    let mut table = hop1_table();
+    let bt = space.alloc_bt_page(&mut rng, 4096);
+    table.write_base_address(0, 0, bt).unwrap();
+    let index = 64 * 7 + 3;
+    // A failed walk is not remembered: the entry written afterwards is found.
+    assert!(matches!(
+        table.locate_cached(&space.memory, index),
+        Err(HemError::ZeroEntry { .. })
+    ));
+    assert_eq!(table.remembered_locations(), 0);
+    space.memory.write_u64(bt + 7 * 8, 0x1234_5000).unwrap();
+    assert_eq!(table.locate_cached(&space.memory, index), Ok(0x1234_5000 + 3 * 64));
+    assert_eq!(table.remembered_locations(), 1);
+
+    // The host BT page changes behind the device's back: like hardware's BT cache, the
+    // remembered address stands, while an uncached walk sees the new entry.
+    space.memory.write_u64(bt + 7 * 8, 0x5678_9000).unwrap();
+    assert_eq!(table.locate_cached(&space.memory, index), Ok(0x1234_5000 + 3 * 64));
+    assert_eq!(table.locate(&space.memory, index), Ok(0x5678_9000 + 3 * 64));
+
+    // Each way the driver announces a change makes the next lookup walk again.
+    type Announcement = (&'static str, fn(&mut ContextTable));
+    let announcements: [Announcement; 5] = [
+        ("forget_locations", |t| t.forget_locations()),
+        ("WRITE_BT1", |t| t.write_base_address(64 * 7, 1, 0x5678_9000).unwrap()),
+        ("DESTROY_BT1", |t| t.destroy_base_address(64 * 7, 1).unwrap()),
+        ("WRITE_BT0 of another slot", |t| {
+            t.write_base_address(512 * 64, 0, 0x20_0000).unwrap()
+        }),
+        ("CFG_BT_ATTR, unchanged", |t| {
+            t.set_attributes(attrs(12, 12, 1)).unwrap()
+        }),
+    ];
+    for (what, announce) in announcements {
+        space.memory.write_u64(bt + 7 * 8, 0x1234_5000).unwrap();
+        assert_eq!(
+            table.locate_cached(&space.memory, index),
+            Ok(0x1234_5000 + 3 * 64),
+            "{what}"
+        );
+        space.memory.write_u64(bt + 7 * 8, 0x5678_9000).unwrap();
+        announce(&mut table);
+        assert_eq!(table.remembered_locations(), 0, "{what}");
+        assert_eq!(
+            table.locate_cached(&space.memory, index),
+            Ok(0x5678_9000 + 3 * 64),
+            "{what}"
+        );
+        table.forget_locations();
+    }
+
+    // A reset forgets everything, so nothing can be located any more.
+    assert!(table.locate_cached(&space.memory, index).is_ok());
+    table.reset();
+    assert_eq!(
+        table.locate_cached(&space.memory, index),
+        Err(HemError::NoAttributes { table: "CQC" })
+    );
+}
+
+#[test]
+fn the_remembered_addresses_stay_bounded() {
+    let mut space = TestSpace::new(MIB);
+    let mut rng = XorShift64::new(3);
+    // Hop 0, one 1 MiB chunk of 64-byte objects in one slot: 16 384 objects.
+    let mut table = ContextTable::new("QPC", 64, 16_384, 1);
+    table.set_attributes(attrs(12, 20, 0)).unwrap();
+    let chunk = space.random_free(&mut rng, DATA_WINDOW, MIB as u64, MIB as u64);
+    table.write_base_address(0, 0, chunk).unwrap();
+    for index in 0..16_384u32 {
+        assert_eq!(
+            table.locate_cached(&space.memory, index),
+            Ok(chunk + u64::from(index) * 64)
+        );
+        assert!(table.remembered_locations() <= LOCATION_CACHE_CAPACITY);
+    }
+}
