@@ -99,7 +99,7 @@ if [ -n "$nic_slot" ]; then
     # bridge windows); an unused BAR reads as zeros.
     bars=""
     index=0
-    while read -r start end flags; do
+    while read -r start end _; do
         if [ "$index" -le 5 ] && [ "$((start))" -ne 0 ]; then
             size=$((end - start + 1))
             bars="$bars BAR$index=$start+$(printf '0x%x' "$size")"
