@@ -45,6 +45,9 @@ rxe_link_setup() {
     : "${RXE_TAP:=rxtap0}" "${RXE_HOST_IP:=10.77.0.1}" "${RXE_GUEST_IP:=10.77.0.2}"
     : "${RXE_NIC_IP:=10.77.0.3}" "${RXE_PREFIX:=24}" "${RXE_MTU:=9000}" "${RXE_PORT:=7700}"
     : "${RXE_TIMEOUT:=1800}"
+    . "$RXE_LINK_LIB_DIR/apt-mirror.sh"
+    # ping for the link checks, tcpdump for the captures, python3 for the agent.
+    apt_install iproute2 iputils-ping tcpdump python3 || return 1
     [ -n "${RXE_RUN_DIR:-}" ] || RXE_RUN_DIR=$(mktemp -d /tmp/rnic-rxe.XXXXXX)
     mkdir -p "$RXE_RUN_DIR"
     export RXE_NS RXE_TAP RXE_HOST_IP RXE_GUEST_IP RXE_NIC_IP RXE_PREFIX RXE_MTU RXE_PORT \
@@ -230,7 +233,9 @@ rxe_netem_stats() {
 rxe_capture_start() {
     local file=$1
     shift
-    rxe_ns tcpdump -Z root -i "$RXE_TAP" -s 0 -U -w "$file" "$@" >"$file.log" 2>&1 &
+    # ip netns exec directly, not the rxe_ns function: a backgrounded function is a
+    # subshell, and $! would name that subshell instead of tcpdump.
+    ip netns exec "$RXE_NS" tcpdump -Z root -i "$RXE_TAP" -s 0 -U -w "$file" "$@" >"$file.log" 2>&1 &
     RXE_CAPTURE_PID=$!
     # tcpdump says "listening on" once the socket is open: frames from then on are kept.
     for _ in $(seq 50); do
@@ -241,10 +246,11 @@ rxe_capture_start() {
     return 1
 }
 
-# rxe_capture_stop: ends the capture (flushing it).
+# rxe_capture_stop: ends the capture (tcpdump flushes it on SIGTERM; SIGINT would not
+# do: a background job of a non-interactive shell ignores it).
 rxe_capture_stop() {
     [ -n "${RXE_CAPTURE_PID:-}" ] || return 0
-    kill -INT "$RXE_CAPTURE_PID" 2>/dev/null
+    kill -TERM "$RXE_CAPTURE_PID" 2>/dev/null
     wait "$RXE_CAPTURE_PID" 2>/dev/null
     RXE_CAPTURE_PID=""
 }
