@@ -96,6 +96,10 @@ pub struct MrTranslation {
     /// Byte offset of the access start inside the region's buffer (or the bus address
     /// itself for physical-address regions).
     pub offset: u64,
+    /// Bus address of the access start, when the check translated it (the check walks
+    /// the first page's BT entries; the transfer starts from here instead of walking
+    /// them again).
+    pub first_bus: Option<u64>,
 }
 
 impl Device {
@@ -277,6 +281,7 @@ impl Device {
             return Ok(MrTranslation {
                 mtr: None,
                 offset: address,
+                first_bus: None,
             });
         }
         let mtr = Self::mpt_mtr(&mpt);
@@ -286,12 +291,19 @@ impl Device {
             mpt.virtual_address() & (mtr.page_size() - 1)
         };
         let offset = first_page_offset + (address - start);
-        if let Some(memory) = self.dma_memory() {
-            mtt::translate(memory, &mtr, offset).map_err(|e| MrAccessError::Translation {
-                key,
-                reason: e.to_string(),
-            })?;
-        }
-        Ok(MrTranslation { mtr: Some(mtr), offset })
+        let first_bus = match self.dma_memory() {
+            Some(memory) => Some(
+                mtt::translate(memory, &mtr, offset).map_err(|e| MrAccessError::Translation {
+                    key,
+                    reason: e.to_string(),
+                })?,
+            ),
+            None => None,
+        };
+        Ok(MrTranslation {
+            mtr: Some(mtr),
+            offset,
+            first_bus,
+        })
     }
 }

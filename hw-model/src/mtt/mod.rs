@@ -417,6 +417,20 @@ pub fn try_translate_range<E: From<MttError>>(
     mtr: &Mtr,
     offset: u64,
     length: u64,
+    f: impl FnMut(u64, u64) -> Result<(), E>,
+) -> Result<(), E> {
+    try_translate_range_from(memory, mtr, offset, None, length, f)
+}
+
+/// [`try_translate_range`] when the bus address of `offset` is already known (`first_bus`,
+/// from an earlier [`translate`] of the same `mtr` and `offset`): the first piece uses it
+/// instead of walking the BT entries again. With `None` it is `try_translate_range`.
+pub fn try_translate_range_from<E: From<MttError>>(
+    memory: &dyn HostMemory,
+    mtr: &Mtr,
+    offset: u64,
+    first_bus: Option<u64>,
+    length: u64,
     mut f: impl FnMut(u64, u64) -> Result<(), E>,
 ) -> Result<(), E> {
     mtr.validate()?;
@@ -430,8 +444,12 @@ pub fn try_translate_range<E: From<MttError>>(
     };
     let page_mask = mtr.page_size() - 1;
     let mut current = offset;
+    let mut known = first_bus;
     while current < end {
-        let address = translate_valid(memory, mtr, current)?;
+        let address = match known.take() {
+            Some(address) => address,
+            None => translate_valid(memory, mtr, current)?,
+        };
         let page_end = (current | page_mask).saturating_add(1);
         let chunk = page_end.min(end) - current;
         f(address, chunk)?;

@@ -281,6 +281,33 @@ fn a_well_formed_small_mtr_translates() {
 }
 
 #[test]
+fn a_range_from_a_known_first_address_skips_only_the_first_walk() {
+    let (memory, mtr) = small_hop2();
+    let counting = CountingMemory::new(&memory);
+    let first = translate(&counting, &mtr, 0xFF0).unwrap();
+    assert_eq!(counting.take(), 2, "hop 2: two BT reads");
+    let collect = |first_bus: Option<u64>| {
+        let mut pieces = Vec::new();
+        try_translate_range_from(&counting, &mtr, 0xFF0, first_bus, 0x20, |a, l| {
+            pieces.push((a, l));
+            Ok::<(), MttError>(())
+        })
+        .unwrap();
+        (pieces, counting.take())
+    };
+    let (walked, walked_reads) = collect(None);
+    let (reused, reused_reads) = collect(Some(first));
+    assert_eq!(walked, [(0x10_0FF0, 0x10), (0x20_0000, 0x10)]);
+    assert_eq!(reused, walked, "same pieces either way");
+    assert_eq!((walked_reads, reused_reads), (4, 2), "the second page is still walked");
+    // The range is checked before the known address is used.
+    assert!(matches!(
+        try_translate_range_from(&memory, &mtr, 0x1FF0, Some(first), 0x20, |_, _| Ok::<(), MttError>(())),
+        Err(MttError::RangeOutOfRange { .. })
+    ));
+}
+
+#[test]
 fn an_unmapped_root_is_reported_with_level_index_and_address() {
     let memory = PagedMemory::new();
     let mtr = Mtr::single(0x5000_0000, 12, 12, 4, 1);

@@ -119,9 +119,21 @@ impl Device {
 
     /// Reads `buffer.len()` bytes at byte `offset` of the buffer `mtr` describes.
     pub(crate) fn read_buffer(&mut self, mtr: &Mtr, offset: u64, buffer: &mut [u8]) -> Result<(), TransferError> {
+        self.read_buffer_from(mtr, offset, None, buffer)
+    }
+
+    /// [`read_buffer`](Self::read_buffer), with the bus address of `offset` already
+    /// known when `first_bus` is given (from the access check's translation).
+    fn read_buffer_from(
+        &mut self,
+        mtr: &Mtr,
+        offset: u64,
+        first_bus: Option<u64>,
+        buffer: &mut [u8],
+    ) -> Result<(), TransferError> {
         let memory = self.dma_host()?;
         let mut position = 0usize;
-        mtt::try_translate_range(&*memory, mtr, offset, buffer.len() as u64, |bus, chunk| {
+        mtt::try_translate_range_from(&*memory, mtr, offset, first_bus, buffer.len() as u64, |bus, chunk| {
             let end = position + chunk as usize;
             self.dma_read(bus, &mut buffer[position..end])?;
             position = end;
@@ -129,11 +141,18 @@ impl Device {
         })
     }
 
-    /// Writes `data` at byte `offset` of the buffer `mtr` describes.
-    pub(crate) fn write_buffer(&mut self, mtr: &Mtr, offset: u64, data: &[u8]) -> Result<(), TransferError> {
+    /// Writes `data` at byte `offset` of the buffer `mtr` describes, starting from bus
+    /// address `first_bus` when it is known (from the access check's translation).
+    fn write_buffer_from(
+        &mut self,
+        mtr: &Mtr,
+        offset: u64,
+        first_bus: Option<u64>,
+        data: &[u8],
+    ) -> Result<(), TransferError> {
         let memory = self.dma_host()?;
         let mut position = 0usize;
-        mtt::try_translate_range(&*memory, mtr, offset, data.len() as u64, |bus, chunk| {
+        mtt::try_translate_range_from(&*memory, mtr, offset, first_bus, data.len() as u64, |bus, chunk| {
             let end = position + chunk as usize;
             self.dma_write(bus, &data[position..end])?;
             position = end;
@@ -165,7 +184,7 @@ impl Device {
         self.charge_translation(region, buffer.len());
         self.timing.frame.read_bytes += buffer.len() as u64;
         match &region.mtr {
-            Some(mtr) => self.read_buffer(mtr, region.offset, buffer),
+            Some(mtr) => self.read_buffer_from(mtr, region.offset, region.first_bus, buffer),
             None => Ok(self.dma_read(region.offset, buffer)?),
         }
     }
@@ -174,7 +193,7 @@ impl Device {
     pub(crate) fn write_region(&mut self, region: &MrTranslation, data: &[u8]) -> Result<(), TransferError> {
         self.charge_translation(region, data.len());
         match &region.mtr {
-            Some(mtr) => self.write_buffer(mtr, region.offset, data),
+            Some(mtr) => self.write_buffer_from(mtr, region.offset, region.first_bus, data),
             None => Ok(self.dma_write(region.offset, data)?),
         }
     }
