@@ -94,4 +94,8 @@ def main() -> int:
                 skip = 0
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        # The reader of our stdout went away (e.g. `| grep -q`): exit as a shell would.
+        sys.exit(141)
