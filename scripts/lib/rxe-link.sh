@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced helpers for the link between the host and the rdma_rxe peer guest (issue 7).
 #
 # The link is a tap device in a network namespace of its own, created and removed here:
