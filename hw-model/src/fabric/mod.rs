@@ -41,10 +41,13 @@
 //!
 //! ## Buffers
 //!
-//! The fabric copies each frame it takes into a buffer of its own pool and hands the
-//! device's buffer straight back with [`Port::recycle_frame`]; a delivered frame's buffer
-//! returns to the pool. Once traffic is steady nothing is allocated per frame (except the
-//! capture, when it is on).
+//! A frame travels in the buffer its sender handed out; in exchange the fabric at once
+//! gives the sender a buffer from its own pool with [`Port::recycle_frame`], so each port
+//! gets back exactly as many buffers as it handed out. The last receiver of a frame takes
+//! its buffer with [`Port::receive_frame_owned`] and gives one back for the pool (a port
+//! that queues frames keeps the buffer instead of copying it). So the payload is not
+//! copied on the wire, and once traffic is steady nothing is allocated per frame (except
+//! the capture, when it is on).
 
 mod fault;
 pub mod pcap;
@@ -83,7 +86,14 @@ pub trait Port {
     fn poll_transmit(&mut self) -> Option<Vec<u8>>;
     /// Delivers a frame (Ethernet, no FCS) to the port now.
     fn receive_frame(&mut self, frame: &[u8]);
-    /// Gives back a buffer that [`Port::poll_transmit`] handed out.
+    /// Delivers a frame the port may keep, and returns a buffer (this one, or a spare of
+    /// the port's) for the fabric's pool. The default copies, as [`Port::receive_frame`].
+    fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
+        self.receive_frame(&frame);
+        frame
+    }
+    /// Gives the port a buffer to reuse, one for each frame [`Port::poll_transmit`]
+    /// handed out (not necessarily the same one; its old bytes mean nothing).
     fn recycle_frame(&mut self, buffer: Vec<u8>);
 }
 
@@ -110,6 +120,10 @@ impl Port for Device {
 
     fn receive_frame(&mut self, frame: &[u8]) {
         Device::receive_frame(self, frame);
+    }
+
+    fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
+        Device::receive_frame_owned(self, frame)
     }
 
     fn recycle_frame(&mut self, buffer: Vec<u8>) {
@@ -465,7 +479,8 @@ impl<P: Port> Fabric<P> {
             return;
         }
 
-        let mut buffer = match self.pool.pop() {
+        // The frame travels in the sender's buffer; the sender gets one from the pool.
+        let spare = match self.pool.pop() {
             Some(buffer) => buffer,
             None => {
                 self.pool_allocations += 1;
@@ -474,9 +489,8 @@ impl<P: Port> Fabric<P> {
                 Vec::with_capacity(frame.len().max(MAX_FRAME_CAPACITY))
             }
         };
-        buffer.clear();
-        buffer.extend_from_slice(&frame);
-        self.ports[from].recycle_frame(frame);
+        self.ports[from].recycle_frame(spare);
+        let mut buffer = frame;
 
         if fate.corrupted && fault::corrupt_frame(&mut buffer, fate.corrupt_choice, fate.corrupt_mask).is_some() {
             self.statistics.corrupted += 1;
@@ -563,19 +577,30 @@ impl<P: Port> Fabric<P> {
         let mut destination = [0u8; 6];
         destination.copy_from_slice(&frame.buffer[..6]);
         let group = destination[0] & 1 != 0;
+        let macs = &self.macs;
+        let to = |id: usize| {
+            if group {
+                id != frame.from
+            } else {
+                macs[id] == destination
+            }
+        };
+        // Every receiver but the last gets a copy; the last one takes the buffer.
+        let mut left = frame.copies as usize * (0..self.ports.len()).filter(|&id| to(id)).count();
+        let mut buffer = frame.buffer;
         for _ in 0..frame.copies {
             for (id, port) in self.ports.iter_mut().enumerate() {
-                let to = if group {
-                    id != frame.from
-                } else {
-                    self.macs[id] == destination
-                };
-                if to {
-                    port.receive_frame(&frame.buffer);
+                if to(id) {
+                    left -= 1;
+                    if left == 0 {
+                        buffer = port.receive_frame_owned(buffer);
+                    } else {
+                        port.receive_frame(&buffer);
+                    }
                     self.statistics.delivered += 1;
                 }
             }
         }
-        self.pool.push(frame.buffer);
+        self.pool.push(buffer);
     }
 }

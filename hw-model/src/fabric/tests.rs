@@ -54,6 +54,10 @@ struct FakePort {
     advances: Vec<Picoseconds>,
     polled: u64,
     recycled: u64,
+    /// Where the buffers this port handed out live (to see that frames travel in them).
+    sent_buffers: Vec<usize>,
+    /// Where the buffers this port was given to keep live.
+    kept_buffers: Vec<usize>,
 }
 
 impl FakePort {
@@ -70,6 +74,8 @@ impl FakePort {
             advances: Vec::new(),
             polled: 0,
             recycled: 0,
+            sent_buffers: Vec::new(),
+            kept_buffers: Vec::new(),
         }
     }
 
@@ -109,7 +115,14 @@ impl Port for FakePort {
     fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         let frame = self.outbox.pop_front()?;
         self.polled += 1;
+        self.sent_buffers.push(frame.as_ptr() as usize);
         Some(frame)
+    }
+
+    fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
+        self.kept_buffers.push(frame.as_ptr() as usize);
+        self.receive_frame(&frame);
+        frame
     }
 
     fn receive_frame(&mut self, frame: &[u8]) {
@@ -126,7 +139,7 @@ impl Port for FakePort {
     }
 
     fn recycle_frame(&mut self, buffer: Vec<u8>) {
-        assert!(!buffer.is_empty(), "the fabric returns the buffer it was given");
+        assert!(buffer.capacity() > 0, "the fabric gives back a usable buffer");
         self.recycled += 1;
     }
 }
@@ -178,6 +191,36 @@ fn assert_buffers_returned(fabric: &Fabric<FakePort>) {
 }
 
 // ---- the wire -----------------------------------------------------------------------------
+
+#[test]
+fn a_frame_travels_in_its_senders_buffer_to_its_last_receiver() {
+    // Unicast: the receiver is given the very buffer the sender handed out.
+    let mut fabric = fabric_with(FabricConfig::default(), 2);
+    for sequence in 0..3 {
+        let at = Picoseconds(u64::from(sequence) * 10 * NS);
+        let sent = frame(mac(1), mac(0), sequence, 256);
+        fabric.device_mut(DeviceId(0)).send_at(at, sent);
+    }
+    settle(&mut fabric);
+    let (sender, receiver) = (fabric.device(DeviceId(0)), fabric.device(DeviceId(1)));
+    assert_eq!(receiver.kept_buffers, sender.sent_buffers);
+    assert_eq!(receiver.received_sequences(), [0, 1, 2]);
+    assert_buffers_returned(&fabric);
+
+    // Broadcast to two receivers: the first gets a copy, the last the buffer.
+    let mut fabric = fabric_with(FabricConfig::default(), 3);
+    fabric
+        .device_mut(DeviceId(0))
+        .send_at(Picoseconds::ZERO, frame([0xFF; 6], mac(0), 7, 128));
+    settle(&mut fabric);
+    let sent = fabric.device(DeviceId(0)).sent_buffers.clone();
+    assert!(fabric.device(DeviceId(1)).kept_buffers.is_empty());
+    assert_eq!(fabric.device(DeviceId(2)).kept_buffers, sent);
+    for receiver in [1, 2] {
+        assert_eq!(fabric.device(DeviceId(receiver)).received_sequences(), [7]);
+    }
+    assert_buffers_returned(&fabric);
+}
 
 #[test]
 fn frames_arrive_one_link_latency_after_they_leave() {

@@ -237,6 +237,33 @@ impl Device {
     /// process it when it has been through the receive pipeline (at once with zero
     /// receive-side costs, e.g. the `ideal` preset).
     pub fn receive_frame(&mut self, frame: &[u8]) {
+        if let Some(due) = self.admit_frame(frame) {
+            let mut buffer = self.transport.take_buffer();
+            buffer.extend_from_slice(frame);
+            self.queue_frame(due, buffer);
+        }
+    }
+
+    /// [`receive_frame`](Self::receive_frame) of a frame in a buffer the device may keep:
+    /// a frame that waits for the receive pipeline stays in it (no copy). Returns a buffer
+    /// for the caller to reuse: this one, or a spare from the device's pool.
+    pub fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
+        match self.admit_frame(&frame) {
+            None => frame,
+            Some(due) => {
+                // Not cleared: the buffer ends up under a transmitted frame, and
+                // `emit_frame_overwriting` reaches the frame's length without a memset
+                // only if the old bytes are still there.
+                let spare = self.transport.take_frame_buffer();
+                self.queue_frame(due, frame);
+                spare
+            }
+        }
+    }
+
+    /// Charges a received frame's receive-side costs; processes it at once when it is
+    /// due now and nothing is queued (then None), or returns when it is due.
+    fn admit_frame(&mut self, frame: &[u8]) -> Option<Picoseconds> {
         self.transport.counters.frames_received += 1;
         let now = self.now();
         let params = *self.timing.params();
@@ -267,11 +294,14 @@ impl Device {
         self.transport.rx_last = due;
         if due == now && self.transport.rx_queue.is_empty() {
             self.process_frame(info.qpn, frame);
-            return;
+            return None;
         }
-        let mut buffer = self.transport.take_buffer();
-        buffer.extend_from_slice(frame);
-        self.transport.rx_queue.push_back((due, buffer));
+        Some(due)
+    }
+
+    /// Queues an admitted frame for the receive pipeline event at `due`.
+    fn queue_frame(&mut self, due: Picoseconds, frame: Vec<u8>) {
+        self.transport.rx_queue.push_back((due, frame));
         self.scheduler.schedule_at(due, Event::TransportRx);
     }
 
