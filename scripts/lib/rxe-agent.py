@@ -13,11 +13,26 @@ an exit code, 2 on bad usage.
 
 import argparse
 import base64
+import os
 import socket
 import sys
 import time
 
 MARKER = b"\n__RNIC_RC__="
+
+
+def guest_gone(pid) -> bool:
+    """True (and says so) when the watched QEMU process no longer exists."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+        return False
+    except ProcessLookupError:
+        print(f"rxe-agent: the guest (QEMU pid {pid}) is gone", file=sys.stderr)
+        return True
+    except PermissionError:
+        return False
 
 
 def main() -> int:
@@ -28,21 +43,42 @@ def main() -> int:
                     help="seconds to wait for the guest's agent to connect")
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="seconds the command may run")
+    ap.add_argument("--watch-pid", type=int,
+                    help="QEMU's pid: give up at once (125) when it is gone")
     ap.add_argument("command", help="bash command line run in the guest")
     args = ap.parse_args()
 
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     # The previous command's connection may still be in TIME_WAIT on this port.
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((args.listen, args.port))
+    # Another command of this run may hold the port: wait for it, so that commands issued
+    # from several host jobs at once run one after the other.
+    wait_until = time.monotonic() + args.connect_timeout
+    while True:
+        try:
+            srv.bind((args.listen, args.port))
+            break
+        except OSError as e:
+            if time.monotonic() >= wait_until:
+                print(f"rxe-agent: cannot listen on {args.listen}:{args.port}: {e}",
+                      file=sys.stderr)
+                return 124
+            time.sleep(0.05)
     srv.listen(1)
-    srv.settimeout(args.connect_timeout)
+    # Accept in 1 s slices so that a guest that died is noticed.
+    srv.settimeout(1.0)
     try:
-        conn, _ = srv.accept()
-    except socket.timeout:
-        print(f"rxe-agent: no guest agent connected within {args.connect_timeout:.0f}s",
-              file=sys.stderr)
-        return 124
+        while True:
+            try:
+                conn, _ = srv.accept()
+                break
+            except socket.timeout:
+                if guest_gone(args.watch_pid):
+                    return 125
+                if time.monotonic() >= wait_until:
+                    print(f"rxe-agent: no guest agent connected within "
+                          f"{args.connect_timeout:.0f}s", file=sys.stderr)
+                    return 124
     finally:
         srv.close()
 
@@ -66,6 +102,10 @@ def main() -> int:
             try:
                 chunk = conn.recv(65536)
             except socket.timeout:
+                if guest_gone(args.watch_pid):
+                    out.write(buf[skip:])
+                    out.flush()
+                    return 125
                 continue
             if not chunk:
                 out.write(buf[skip:])

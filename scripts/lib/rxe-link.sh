@@ -29,6 +29,7 @@
 #   RXE_MTU       tap and guest MTU       default 9000: rxe's path MTU is the netdev MTU
 #                 minus 80, so 9000 gives active_mtu 4096 (1500 would give only 1024)
 #   RXE_PORT      agent TCP port          default 7700
+#   RXE_GUEST_MAC guest eth0 MAC          default 52:54:00:77:00:02 (for --peer-mac)
 #   RXE_RUN_DIR   console log, captures   default a new mktemp directory
 #   RXE_TIMEOUT   guest watchdog seconds  default 1800
 
@@ -45,14 +46,14 @@ rxe_link_setup() {
     : "${RXE_NS:=rnic-rxe-$$-$RANDOM}"
     : "${RXE_TAP:=rxtap0}" "${RXE_HOST_IP:=10.77.0.1}" "${RXE_GUEST_IP:=10.77.0.2}"
     : "${RXE_NIC_IP:=10.77.0.3}" "${RXE_PREFIX:=24}" "${RXE_MTU:=9000}" "${RXE_PORT:=7700}"
-    : "${RXE_TIMEOUT:=1800}"
+    : "${RXE_TIMEOUT:=1800}" "${RXE_GUEST_MAC:=52:54:00:77:00:02}"
     . "$RXE_LINK_LIB_DIR/apt-mirror.sh"
     # ping for the link checks, tcpdump for the captures, python3 for the agent.
     apt_install iproute2 iputils-ping tcpdump python3 || return 1
     [ -n "${RXE_RUN_DIR:-}" ] || RXE_RUN_DIR=$(mktemp -d /tmp/rnic-rxe.XXXXXX)
     mkdir -p "$RXE_RUN_DIR"
     export RXE_NS RXE_TAP RXE_HOST_IP RXE_GUEST_IP RXE_NIC_IP RXE_PREFIX RXE_MTU RXE_PORT \
-        RXE_TIMEOUT RXE_RUN_DIR
+        RXE_TIMEOUT RXE_RUN_DIR RXE_GUEST_MAC
     RXE_QEMU_PID="" RXE_CAPTURE_PID=""
     trap 'rxe_link_cleanup' EXIT
     trap 'rxe_link_cleanup; exit 130' INT
@@ -114,7 +115,7 @@ rxe_guest_boot() {
         -serial "file:$RXE_RUN_DIR/console.log" \
         -kernel "$kernel" -initrd "$initrd" -append "$append" \
         -netdev "tap,id=n0,ifname=$RXE_TAP,script=no,downscript=no" \
-        -device "virtio-net-pci,netdev=n0,romfile=,mac=${RXE_GUEST_MAC:-52:54:00:77:00:02}" \
+        -device "virtio-net-pci,netdev=n0,romfile=,mac=$RXE_GUEST_MAC" \
         </dev/null >"$RXE_RUN_DIR/qemu.log" 2>&1 &
     RXE_QEMU_PID=$!
     _rxe_log "guest booting (qemu pid $RXE_QEMU_PID)"
@@ -155,8 +156,12 @@ rxe_guest_run() {
         timeout=$2
         shift 2
     fi
+    if [ -n "${RXE_QEMU_PID:-}" ] && ! kill -0 "$RXE_QEMU_PID" 2>/dev/null; then
+        _rxe_log "the guest is not running (console: $RXE_RUN_DIR/console.log)"
+        return 125
+    fi
     rxe_ns python3 "$RXE_LINK_LIB_DIR/rxe-agent.py" --listen "$RXE_HOST_IP" --port "$RXE_PORT" \
-        --timeout "$timeout" "$*"
+        --timeout "$timeout" ${RXE_QEMU_PID:+--watch-pid "$RXE_QEMU_PID"} "$*"
 }
 
 # rxe_guest_spawn NAME COMMAND: starts COMMAND in the guest in the background (e.g. a
