@@ -80,3 +80,26 @@ pub fn open_device(spec: &str) -> Result<Box<dyn DeviceAccess>, AccessError> {
     }
     Ok(Box::new(VfioUserDevice::connect_with(path, options)?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(spec: &str) -> String {
+        match open_device(spec) {
+            Err(AccessError::InvalidRequest { reason }) => reason,
+            Err(other) => panic!("{spec:?}: {other}"),
+            Ok(_) => panic!("{spec:?} opened"),
+        }
+    }
+
+    #[test]
+    fn malformed_pci_strings_are_refused_before_touching_sysfs() {
+        assert!(reason("pci,mac=02:52:4e").contains("bad MAC address"));
+        assert!(reason("pci:0000:00:03.0,mac=zz:52:4e:49:43:01").contains("bad MAC address"));
+        assert!(reason("pci:0000:00:03.9").contains("bad PCI address"));
+        assert!(reason("pci:").contains("bad PCI address"));
+        assert!(reason("pcie").contains("unknown device string"));
+        assert!(reason("pci;0000:00:03.0").contains("unknown device string"));
+    }
+}
