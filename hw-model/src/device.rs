@@ -13,6 +13,7 @@ use rnic_firmware_if::regs;
 use crate::config::DeviceConfig;
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
 use crate::eq::EventQueues;
+use crate::fast_hash::FastHashMap;
 use crate::firmware::Rejection;
 use crate::firmware::{CommandQueue, Firmware};
 use crate::hem::ContextTable;
@@ -23,6 +24,7 @@ use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
 use crate::transport::Transport;
 use rnic_firmware_if::bits::Layout;
+use rnic_firmware_if::context::Mpt;
 use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
 
 /// Something the device will do at a virtual instant.
@@ -123,6 +125,10 @@ pub struct Device {
     pub(crate) doorbell_latch: Vec<[Option<u32>; 2]>,
     pub(crate) diagnostics: DiagnosticLog,
     pub(crate) counters: Counters,
+    /// MPT index → the context as last read from host memory, forgotten with the context
+    /// tables' remembered addresses (see [`Device::forget_context_caches`]) and when the
+    /// device itself changes an MPT: the hns MPT cache.
+    pub(crate) mpt_cache: FastHashMap<u32, Mpt>,
 }
 
 impl std::fmt::Debug for Device {
@@ -175,6 +181,7 @@ impl Device {
             doorbell_latch: vec![[None; 2]; pages],
             diagnostics: DiagnosticLog::default(),
             counters: Counters::default(),
+            mpt_cache: FastHashMap::default(),
             config,
         }
     }
@@ -559,6 +566,7 @@ impl Device {
         self.cmdq = CommandQueue::default();
         self.firmware = Firmware::new(&self.config);
         self.tables = Self::context_tables_for(&self.config);
+        self.mpt_cache.clear();
         self.eqs = EventQueues::new(&self.config.caps);
         self.transport = Transport::new();
         self.timing = TimingModel::new(self.config.timing);
@@ -694,13 +702,28 @@ impl Device {
         result.map_err(|e| Rejection::no_table("context table", index as u64, e))
     }
 
-    /// Forgets the object addresses the context tables remember: the driver may have
-    /// changed host BT pages before any command or mailbox (see `hem`).
-    pub(crate) fn forget_context_locations(&mut self) {
+    /// Forgets the object addresses the context tables remember and the cached MPTs: the
+    /// driver may have changed host BT pages or contexts before any command or mailbox
+    /// (see `hem`).
+    pub(crate) fn forget_context_caches(&mut self) {
         self.tables.qpc.forget_locations();
         self.tables.mpt.forget_locations();
         self.tables.cqc.forget_locations();
         self.tables.srqc.forget_locations();
+        self.mpt_cache.clear();
+    }
+
+    /// MPT `index`, from the MPT cache or else read from host memory (and then cached).
+    pub(crate) fn cached_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
+        if let Some(mpt) = self.mpt_cache.get(&index) {
+            return Ok(*mpt);
+        }
+        let (mpt, _) = self.read_context::<Mpt>(ContextTableId::Mpt, index)?;
+        if self.mpt_cache.len() >= crate::hem::LOCATION_CACHE_CAPACITY {
+            self.mpt_cache.clear();
+        }
+        self.mpt_cache.insert(index, mpt);
+        Ok(mpt)
     }
 
     /// Reads object `index`'s context from host memory; returns it and its bus address.

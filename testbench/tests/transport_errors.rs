@@ -170,6 +170,39 @@ fn an_invalidated_rkey_stops_working() {
 }
 
 #[test]
+fn an_rkey_used_just_before_its_invalidation_stops_working() {
+    // The WRITE puts the victim's MPT in the device's MPT cache; the invalidation must
+    // not leave the cached copy usable.
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
+    let (ma, mb) = (c.ma, c.mb);
+    let extra = c.pair.b().allocate(4096);
+    let victim = c.pair.b().register_mr(4, extra, 4096, 1, Access::ALL, MrMode::Physical);
+    let write = |c: &mut Connection| {
+        c.send_a(&SendRequest::rdma(
+            SqOpcode::RdmaWrite,
+            vec![ma.sge(0, 100)],
+            victim.at(0),
+            victim.key,
+        ));
+        c.run();
+    };
+    write(&mut c);
+    assert_eq!(statuses(&c.cqes_a()), [(0, CqeStatus::Success)]);
+    c.recv_b(&[mb.sge(0x1000, 64)]);
+    c.send_a(&SendRequest {
+        immediate: victim.key,
+        ..SendRequest::new(SqOpcode::SendWithInv, vec![ma.sge(0, 64)])
+    });
+    c.run();
+    single(&c.cqes_a(), CqeStatus::Success);
+    single(&c.cqes_b(), CqeStatus::Success);
+    let before = c.pair.b().read_bytes(extra, 4096);
+    write(&mut c);
+    assert_eq!(statuses(&c.cqes_a()), [(2, CqeStatus::RemoteAccessErr)]);
+    assert_eq!(c.pair.b().read_bytes(extra, 4096), before);
+}
+
+#[test]
 fn invalidating_a_key_of_another_pd_fails_the_receive() {
     let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
     let (ma, mb) = (c.ma, c.mb);

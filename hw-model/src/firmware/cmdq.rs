@@ -122,7 +122,7 @@ impl Device {
     /// Executes the command at the consumer index, then schedules the next one.
     pub(crate) fn process_command_queue(&mut self) {
         self.cmdq.scheduled = false;
-        self.forget_context_locations();
+        self.forget_context_caches();
         let depth = self.cmdq.depth();
         if depth == 0 || self.cmdq.producer_index == self.cmdq.consumer_index {
             return;

@@ -20,7 +20,7 @@ enum Output {
 impl Device {
     /// Completes the mailbox command at the head of the queue.
     pub(crate) fn complete_mailbox(&mut self) {
-        self.forget_context_locations();
+        self.forget_context_caches();
         let Some(post) = self.firmware.mailbox_queue.pop_front() else {
             return;
         };

@@ -235,8 +235,8 @@ impl Device {
     ) -> Result<MrTranslation, MrAccessError> {
         let mask = self.config.caps.num_mtpts.next_power_of_two() - 1;
         let index = key_to_index(key) & mask;
-        let mpt = match self.read_context::<Mpt>(ContextTable::Mpt, index) {
-            Ok((mpt, _)) if mpt.mpt_state() == Ok(MptState::Valid) => mpt,
+        let mpt = match self.cached_mpt(index) {
+            Ok(mpt) if mpt.mpt_state() == Ok(MptState::Valid) => mpt,
             _ => return Err(MrAccessError::InvalidKey { key }),
         };
         if mpt.lkey() != key {

@@ -870,6 +870,8 @@ impl Device {
             return Err(format!("MPT {index:#x} has memory windows bound"));
         }
         mpt.set_mpt_state_raw(u8::from(MptState::Free));
+        // The MPT cache must not keep the key working.
+        self.mpt_cache.remove(&index);
         self.write_context(address, &mpt).map_err(|r| r.expected)
     }
 
