@@ -1074,7 +1074,7 @@ mod tests {
         }
     }
 
-    /// Test chunks: base-page memory with bus addresses the test chooses, so contiguity
+    /// Test chunks: memfd memory with bus addresses the test chooses, so contiguity
     /// is under the test's control (nothing here depends on the host's huge pages).
     #[derive(Debug)]
     struct ScriptedChunks {
@@ -1091,8 +1091,17 @@ mod tests {
             let bus = lock(&self.addresses)
                 .pop_front()
                 .ok_or_else(|| PciError::Dma("scripted pool exhausted".into()))?;
-            let map = MappedRegion::anonymous_locked(self.size as usize, PageSize::Base)
-                .map_err(|e| PciError::Dma(e.to_string()))?;
+            // Plain shared memory: nothing here needs it pinned, so the tests need no
+            // RLIMIT_MEMLOCK headroom.
+            let fd =
+                rnic_os::memfd_create("rnic-pci-test", self.size, false).map_err(|e| PciError::Dma(e.to_string()))?;
+            let map = MappedRegion::map(
+                std::os::fd::AsFd::as_fd(&fd),
+                0,
+                self.size as usize,
+                Protection::READ_WRITE,
+            )
+            .map_err(|e| PciError::Dma(e.to_string()))?;
             Ok((map, bus))
         }
     }
