@@ -18,6 +18,8 @@
 #   rxe_guest_spawn srv 'ib_write_bw -d rxe0'; rxe_guest_wait srv
 #   rxe_ns <cmd>                    # a host command inside the namespace
 #   rxe_guest_poweroff; rxe_link_cleanup (the trap also does it)
+# rxe_link_setup sets the EXIT/INT/TERM traps; a caller with its own exit work sets its
+# trap afterwards and calls rxe_link_cleanup from it.
 #
 # Settings (environment, before rxe_link_setup):
 #   RXE_NS        namespace name          default rnic-rxe-<pid>-<random> (unique per run)
