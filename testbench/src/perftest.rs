@@ -663,6 +663,8 @@ fn run_on(config: &PerftestConfig, context: Context, exchange: &mut Exchange) ->
     let mut report = remote::new_report(&config.bench);
     report.operation = config.test.program();
     report.size = session.size as usize;
+    // The negotiated path MTU, not our offer.
+    report.mtu = session.mtu.bytes();
     let client = exchange.client;
     match (config.test, client) {
         (Test::WriteLat, _) => session.write_latency(client, &mut report)?,
