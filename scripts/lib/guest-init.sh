@@ -94,6 +94,10 @@ for dev in /sys/bus/pci/devices/*; do
         nic_slot="$slot"
     fi
 done
+# A real lspci, if the image has one (busybox 1.35 as Debian builds it does not).
+if command -v lspci >/dev/null 2>&1; then
+    lspci -nn 2>/dev/null | while read -r entry; do mark "LSPCI $entry"; done
+fi
 if [ -n "$nic_slot" ]; then
     # The resource file has one "start end flags" line per BAR (then the ROM and the
     # bridge windows); an unused BAR reads as zeros.
