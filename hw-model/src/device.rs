@@ -19,6 +19,7 @@ use crate::firmware::{CommandQueue, Firmware};
 use crate::hem::ContextTable;
 use crate::interrupt::InterruptSink;
 use crate::memory::{AccessKind, HostMemory, MemoryError};
+use crate::mtt::{Mtr, MttError, TranslationCache};
 use crate::pci::{BarDescriptor, ConfigSpace, MsixTable};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
@@ -129,6 +130,8 @@ pub struct Device {
     /// tables' remembered addresses (see [`Device::forget_context_caches`]) and when the
     /// device itself changes an MPT: the hns MPT cache.
     pub(crate) mpt_cache: FastHashMap<u32, Mpt>,
+    /// The MTT cache: page translations, forgotten with the MPT cache.
+    pub(crate) translations: TranslationCache,
 }
 
 impl std::fmt::Debug for Device {
@@ -182,6 +185,7 @@ impl Device {
             diagnostics: DiagnosticLog::default(),
             counters: Counters::default(),
             mpt_cache: FastHashMap::default(),
+            translations: TranslationCache::default(),
             config,
         }
     }
@@ -567,6 +571,7 @@ impl Device {
         self.firmware = Firmware::new(&self.config);
         self.tables = Self::context_tables_for(&self.config);
         self.mpt_cache.clear();
+        self.translations.clear();
         self.eqs = EventQueues::new(&self.config.caps);
         self.transport = Transport::new();
         self.timing = TimingModel::new(self.config.timing);
@@ -702,15 +707,25 @@ impl Device {
         result.map_err(|e| Rejection::no_table("context table", index as u64, e))
     }
 
-    /// Forgets the object addresses the context tables remember and the cached MPTs: the
-    /// driver may have changed host BT pages or contexts before any command or mailbox
-    /// (see `hem`).
+    /// Forgets the object addresses the context tables remember, the cached MPTs and the
+    /// cached page translations: the driver may have changed host BT pages or contexts
+    /// before any command or mailbox (see `hem`).
     pub(crate) fn forget_context_caches(&mut self) {
         self.tables.qpc.forget_locations();
         self.tables.mpt.forget_locations();
         self.tables.cqc.forget_locations();
         self.tables.srqc.forget_locations();
         self.mpt_cache.clear();
+        self.translations.clear();
+    }
+
+    /// Translates byte `offset` of the buffer `mtr` describes through the MTT cache;
+    /// None when bus mastering is off.
+    pub(crate) fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        if !self.config_space.bus_master_enabled() {
+            return None;
+        }
+        Some(self.translations.translate(&*self.memory, mtr, offset))
     }
 
     /// MPT `index`, from the MPT cache or else read from host memory (and then cached).

@@ -30,7 +30,7 @@ use crate::diagnostics::Source;
 use crate::eq::{buffer_mtr, EqKind, INDEX_MASK};
 use crate::firmware::Rejection;
 use crate::memory::MemoryError;
-use crate::mtt::{self, Mtr, MttError, MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
+use crate::mtt::{Mtr, MttError, MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
 
 #[cfg(test)]
 mod tests;
@@ -487,7 +487,7 @@ impl Device {
         cqe.set_owner(owner_bit_for_producer(producer_index, depth));
         let offset = u64::from(producer_index & (depth - 1)) * size as u64;
         let mtr = cq_mtr(&cqc);
-        let address = match self.dma_memory().map(|memory| mtt::translate(memory, &mtr, offset)) {
+        let address = match self.translate(&mtr, offset) {
             Some(Ok(address)) => address,
             Some(Err(error)) => {
                 if matches!(error, MttError::BtUnreachable { .. }) {

@@ -35,7 +35,7 @@ use rnic_firmware_if::regs;
 use crate::device::{Device, Event};
 use crate::diagnostics::Source;
 use crate::firmware::Rejection;
-use crate::mtt::{self, Mtr, MttError, MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
+use crate::mtt::{Mtr, MttError, MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
 use crate::time::Picoseconds;
 
 #[cfg(test)]
@@ -595,7 +595,7 @@ impl Device {
         let offset = u64::from(producer_index & (depth - 1)) * entry_size as u64;
         let bytes = entry.encode(eqe_owner_bit_for_producer(producer_index, depth));
         let object = format!("{} {eqn}", kind.name());
-        let address = match self.dma_memory().map(|memory| mtt::translate(memory, &mtr, offset)) {
+        let address = match self.translate(&mtr, offset) {
             None => {
                 self.diagnose(
                     Source::EventQueue,

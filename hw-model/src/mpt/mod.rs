@@ -11,7 +11,7 @@ use rnic_firmware_if::mtr::page_shift_from_field;
 
 use crate::device::Device;
 use crate::firmware::Rejection;
-use crate::mtt::{self, Mtr};
+use crate::mtt::Mtr;
 
 bitflags::bitflags! {
     /// Access rights an operation needs from a memory region.
@@ -291,13 +291,11 @@ impl Device {
             mpt.virtual_address() & (mtr.page_size() - 1)
         };
         let offset = first_page_offset + (address - start);
-        let first_bus = match self.dma_memory() {
-            Some(memory) => Some(
-                mtt::translate(memory, &mtr, offset).map_err(|e| MrAccessError::Translation {
-                    key,
-                    reason: e.to_string(),
-                })?,
-            ),
+        let first_bus = match self.translate(&mtr, offset) {
+            Some(result) => Some(result.map_err(|e| MrAccessError::Translation {
+                key,
+                reason: e.to_string(),
+            })?),
             None => None,
         };
         Ok(MrTranslation {

@@ -12,8 +12,8 @@
 //!   and no BT is read. Mixing hop 0 with other hops is refused.
 //!
 //! Every BT read is a DMA read through [`HostMemory`]; data pages are never read here.
-//! The walker is stateless (no translation cache): each translation reads `hop` BT
-//! entries. Errors say which level, entry and address failed and what was expected, so a
+//! The walker is stateless: each translation reads `hop` BT entries. The device keeps a
+//! [`TranslationCache`] in front of it, forgotten on every command and mailbox. Errors say which level, entry and address failed and what was expected, so a
 //! driver developer can find the bad BT page.
 //!
 //! Alignment rules: the root must be 8-byte aligned (contexts carry it `>> 3`), or 4 KiB
@@ -22,6 +22,7 @@
 
 use rnic_firmware_if::mtr::{MtrRegion, BT_ENTRY_SIZE, MAX_HOP, MIN_PAGE_SHIFT};
 
+use crate::fast_hash::FastHashMap;
 use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
 
 #[cfg(test)]
@@ -431,6 +432,114 @@ pub fn try_translate_range_from<E: From<MttError>>(
     offset: u64,
     first_bus: Option<u64>,
     length: u64,
+    f: impl FnMut(u64, u64) -> Result<(), E>,
+) -> Result<(), E> {
+    translate_pieces(mtr, offset, first_bus, length, |o| translate_valid(memory, mtr, o), f)
+}
+
+/// Most pages a [`TranslationCache`] remembers.
+pub const TRANSLATION_CACHE_CAPACITY: usize = 512;
+
+/// Everything a walk depends on: the whole MTR and the page, packed into as few words
+/// as hashing needs (shifts ≤ 63, hops ≤ 3 and region count ≤ 3 for a valid MTR; an
+/// invalid one never gets here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct PageKey {
+    root: u64,
+    shape: u64,
+    page_counts: [u64; MAX_REGIONS],
+    page: u64,
+}
+
+impl PageKey {
+    fn new(mtr: &Mtr, page: u64) -> Self {
+        let hops = mtr
+            .regions
+            .iter()
+            .enumerate()
+            .fold(0u64, |h, (i, r)| h | u64::from(r.hop) << (8 * i));
+        Self {
+            root: mtr.root,
+            shape: u64::from(mtr.ba_page_shift)
+                | u64::from(mtr.buffer_page_shift) << 8
+                | (mtr.region_count as u64) << 16
+                | hops << 24,
+            page_counts: mtr.regions.map(|r| r.page_count),
+            page,
+        }
+    }
+}
+
+/// The bus addresses of pages that walks found, by MTR and page: the device's MTT cache.
+/// Only successful walks of validated MTRs are remembered, so a hit skips the validation
+/// and the BT reads and gives what the walk gave. The owner forgets everything whenever
+/// the driver may have changed BT pages (the device does so on every command and
+/// mailbox, as it does for context addresses; see `hem`).
+#[derive(Debug, Default)]
+pub struct TranslationCache {
+    pages: FastHashMap<PageKey, u64>,
+}
+
+impl TranslationCache {
+    /// Forgets every page.
+    pub fn clear(&mut self) {
+        self.pages.clear();
+    }
+
+    /// Pages remembered.
+    pub fn len(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    /// [`translate`], answering from the pages remembered and remembering the page a
+    /// successful walk finds.
+    pub fn translate(&mut self, memory: &dyn HostMemory, mtr: &Mtr, offset: u64) -> Result<u64, MttError> {
+        if mtr.is_direct() {
+            return translate(memory, mtr, offset);
+        }
+        let page = offset >> mtr.buffer_page_shift.min(63);
+        let in_page = offset & (mtr.page_size() - 1);
+        let key = PageKey::new(mtr, page);
+        if let Some(&base) = self.pages.get(&key) {
+            return Ok(base + in_page);
+        }
+        let address = translate(memory, mtr, offset)?;
+        // When full, new pages are simply not remembered (a stream over a large region
+        // would only churn the cache) until the owner next clears it.
+        if self.pages.len() < TRANSLATION_CACHE_CAPACITY {
+            // The walk returned a page-aligned address plus `in_page`.
+            self.pages.insert(key, address - in_page);
+        }
+        Ok(address)
+    }
+}
+
+/// [`try_translate_range_from`] through `cache`: each page is looked up there first.
+pub fn try_translate_range_cached<E: From<MttError>>(
+    memory: &dyn HostMemory,
+    cache: &mut TranslationCache,
+    mtr: &Mtr,
+    offset: u64,
+    first_bus: Option<u64>,
+    length: u64,
+    f: impl FnMut(u64, u64) -> Result<(), E>,
+) -> Result<(), E> {
+    translate_pieces(mtr, offset, first_bus, length, |o| cache.translate(memory, mtr, o), f)
+}
+
+/// Validates `mtr`, checks the range, then calls `f` for each piece split at page
+/// boundaries, with the address `translate` gives (or `first_bus` for the first piece).
+fn translate_pieces<E: From<MttError>>(
+    mtr: &Mtr,
+    offset: u64,
+    first_bus: Option<u64>,
+    length: u64,
+    mut translate: impl FnMut(u64) -> Result<u64, MttError>,
     mut f: impl FnMut(u64, u64) -> Result<(), E>,
 ) -> Result<(), E> {
     mtr.validate()?;
@@ -448,7 +557,7 @@ pub fn try_translate_range_from<E: From<MttError>>(
     while current < end {
         let address = match known.take() {
             Some(address) => address,
-            None => translate_valid(memory, mtr, current)?,
+            None => translate(current)?,
         };
         let page_end = (current | page_mask).saturating_add(1);
         let chunk = page_end.min(end) - current;

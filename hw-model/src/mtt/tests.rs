@@ -308,6 +308,69 @@ fn a_range_from_a_known_first_address_skips_only_the_first_walk() {
 }
 
 #[test]
+fn the_translation_cache_walks_once_per_page_until_cleared() {
+    let (memory, mtr) = small_hop2();
+    let counting = CountingMemory::new(&memory);
+    let mut cache = TranslationCache::default();
+    assert_eq!(cache.translate(&counting, &mtr, 0x1234), Ok(0x20_0234));
+    assert_eq!(counting.take(), 2, "a miss walks both levels");
+    assert_eq!(cache.translate(&counting, &mtr, 0x1FFF), Ok(0x20_0FFF));
+    assert_eq!(counting.take(), 0, "a hit on the same page reads nothing");
+    assert_eq!(cache.len(), 1);
+
+    // The BT entry changes behind the cache: it answers from memory until cleared.
+    memory.write_u64(0x2_0008, 0x30_0000).unwrap();
+    assert_eq!(cache.translate(&counting, &mtr, 0x1000), Ok(0x20_0000));
+    cache.clear();
+    assert!(cache.is_empty());
+    assert_eq!(cache.translate(&counting, &mtr, 0x1000), Ok(0x30_0000));
+
+    // Another MTR over the same root is a different key; failures are not remembered.
+    let other = Mtr::single(0x1_0000, 12, 12, 4, 2);
+    assert!(cache.translate(&counting, &other, 0x3000).is_err());
+    assert_eq!(cache.len(), 1);
+    memory.write_u64(0x2_0018, 0x40_0000).unwrap();
+    assert_eq!(cache.translate(&counting, &other, 0x3000), Ok(0x40_0000));
+    // Out of range is still an error on a cached MTR.
+    assert_eq!(
+        cache.translate(&counting, &mtr, 0x2000),
+        translate(&memory, &mtr, 0x2000)
+    );
+    let mut pieces = Vec::new();
+    try_translate_range_cached(&counting, &mut cache, &mtr, 0xFF0, None, 0x20, |a, l| {
+        pieces.push((a, l));
+        Ok::<(), MttError>(())
+    })
+    .unwrap();
+    assert_eq!(pieces, [(0x10_0FF0, 0x10), (0x30_0000, 0x10)]);
+}
+
+#[test]
+fn the_translation_cache_stays_bounded() {
+    // Direct mode is never cached; a hop-1 MTR of many pages fills the cache, which then
+    // stops remembering new pages but still translates them.
+    let memory = PagedMemory::new();
+    // 8 192 pages: one 64 KiB root BT page of 8-byte entries.
+    let backing = crate::memory::Backing::zeroed(16 * FRAME_SIZE as usize);
+    memory.map_contiguous(0x1_0000, &backing, 0, 16, true);
+    let pages = 2 * TRANSLATION_CACHE_CAPACITY as u64;
+    for page in 0..pages {
+        memory.write_u64(0x1_0000 + page * 8, 0x100_0000 + page * 4096).unwrap();
+    }
+    let mtr = Mtr::single(0x1_0000, 16, 12, pages, 1);
+    let mut cache = TranslationCache::default();
+    for page in 0..pages {
+        assert_eq!(
+            cache.translate(&memory, &mtr, page * 4096 + 5),
+            Ok(0x100_0005 + page * 4096)
+        );
+        assert!(cache.len() <= TRANSLATION_CACHE_CAPACITY);
+    }
+    let direct = Mtr::single(0x200_0000, 12, 12, 4, 0);
+    assert_eq!(cache.translate(&memory, &direct, 0x1234), Ok(0x200_1234));
+}
+
+#[test]
 fn an_unmapped_root_is_reported_with_level_index_and_address() {
     let memory = PagedMemory::new();
     let mtr = Mtr::single(0x5000_0000, 12, 12, 4, 1);

@@ -18,7 +18,7 @@ use rnic_firmware_if::wqe::SQ_WQE_SIZE;
 use crate::device::Device;
 use crate::diagnostics::Source;
 use crate::firmware::Rejection;
-use crate::mtt::{self, Mtr, MttError};
+use crate::mtt::{Mtr, MttError};
 
 /// Which work queue of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -388,8 +388,7 @@ impl Device {
     }
 
     fn read_sq_wqe_opcode(&mut self, buffer: &QpBuffer, index: u32) -> Option<u8> {
-        let memory = self.dma_memory()?;
-        let bus = mtt::translate(memory, &buffer.mtr, buffer.sq_wqe_offset(index)).ok()?;
+        let bus = self.translate(&buffer.mtr, buffer.sq_wqe_offset(index))?.ok()?;
         let mut header = [0u8; 4];
         self.dma_read(bus, &mut header).ok()?;
         Some(header[0] & 0x1F)

@@ -133,12 +133,24 @@ impl Device {
     ) -> Result<(), TransferError> {
         let memory = self.dma_host()?;
         let mut position = 0usize;
-        mtt::try_translate_range_from(&*memory, mtr, offset, first_bus, buffer.len() as u64, |bus, chunk| {
-            let end = position + chunk as usize;
-            self.dma_read(bus, &mut buffer[position..end])?;
-            position = end;
-            Ok::<(), TransferError>(())
-        })
+        // Taken out for the walk, which borrows the device for the accesses.
+        let mut translations = std::mem::take(&mut self.translations);
+        let result = mtt::try_translate_range_cached(
+            &*memory,
+            &mut translations,
+            mtr,
+            offset,
+            first_bus,
+            buffer.len() as u64,
+            |bus, chunk| {
+                let end = position + chunk as usize;
+                self.dma_read(bus, &mut buffer[position..end])?;
+                position = end;
+                Ok::<(), TransferError>(())
+            },
+        );
+        self.translations = translations;
+        result
     }
 
     /// Writes `data` at byte `offset` of the buffer `mtr` describes, starting from bus
@@ -152,12 +164,24 @@ impl Device {
     ) -> Result<(), TransferError> {
         let memory = self.dma_host()?;
         let mut position = 0usize;
-        mtt::try_translate_range_from(&*memory, mtr, offset, first_bus, data.len() as u64, |bus, chunk| {
-            let end = position + chunk as usize;
-            self.dma_write(bus, &data[position..end])?;
-            position = end;
-            Ok::<(), TransferError>(())
-        })
+        // Taken out for the walk, which borrows the device for the accesses.
+        let mut translations = std::mem::take(&mut self.translations);
+        let result = mtt::try_translate_range_cached(
+            &*memory,
+            &mut translations,
+            mtr,
+            offset,
+            first_bus,
+            data.len() as u64,
+            |bus, chunk| {
+                let end = position + chunk as usize;
+                self.dma_write(bus, &data[position..end])?;
+                position = end;
+                Ok::<(), TransferError>(())
+            },
+        );
+        self.translations = translations;
+        result
     }
 
     /// Timing of a payload access through `region`: one MTT translation-cache lookup per
