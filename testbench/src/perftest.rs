@@ -27,7 +27,8 @@
 //!    "syncs" of QP 0's message), see [`Test::before_traffic`]; the QPs are connected after
 //!    the first round. After the traffic: write/read/atomic BW: a sync (the server waits
 //!    in it until the client finished), the BW report (five 8-byte big-endian exchanges:
-//!    size, iterations, peak MB/s, average MB/s, Mpps as IEEE doubles), a sync, and
+//!    size, iterations of all QPs together, peak MB/s, average MB/s, Mpps as IEEE
+//!    doubles), a sync, and
 //!    `"done\0"` written by both (never read by perftest). SEND BW: a sync and "done".
 //!    Write latency: nothing, the processes just exit.
 //!
@@ -278,7 +279,7 @@ fn mtu_enum(mtu: Mtu) -> u8 {
 pub struct BwReport {
     /// Message size.
     pub size: u64,
-    /// Iterations per QP.
+    /// Iterations of all QPs together (`-n` × `-q`).
     pub iters: u64,
     /// Peak bandwidth, MB/s (2^20 bytes).
     pub bw_peak: f64,
@@ -683,17 +684,23 @@ fn run_on(config: &PerftestConfig, context: Context, exchange: &mut Exchange) ->
             let mb_s = (session.size * total) as f64 / elapsed.max(1e-9) / f64::from(1 << 20);
             let mine = BwReport {
                 size: session.size,
-                iters: config.bench.iterations,
+                // perftest reports the iterations of all QPs together (`print_report_bw`).
+                iters: total,
                 bw_peak: mb_s,
                 bw_avg: mb_s,
                 msg_rate: total as f64 / elapsed.max(1e-9) / 1e6,
             };
             let theirs = exchange.swap_report(&mine)?;
             if !client {
-                if theirs.size != session.size || theirs.iters != config.bench.iterations {
+                if theirs.size != session.size || theirs.iters != total {
                     return Err(PerftestError::Mismatch(format!(
-                        "the client ran -s {} -n {}, we expected --size {} --iters {}",
-                        theirs.size, theirs.iters, session.size, config.bench.iterations
+                        "the client ran -s {} and {} iterations over all QPs (-n × -q), we expected --size {} \
+                         --iters {} --qps {}",
+                        theirs.size,
+                        theirs.iters,
+                        session.size,
+                        config.bench.iterations,
+                        session.pairs.len()
                     )));
                 }
                 report.bw_gbps = theirs.bw_avg * f64::from(1 << 20) * 8.0 / 1e9;

@@ -119,7 +119,7 @@ fn a_server_that_expected_other_iterations_says_so() {
         (server.join().unwrap(), client)
     });
     match served {
-        Err(PerftestError::Mismatch(why)) => assert!(why.contains("-n 10"), "{why}"),
+        Err(PerftestError::Mismatch(why)) => assert!(why.contains("10 iterations over all QPs"), "{why}"),
         other => panic!("expected a mismatch, got {other:?}"),
     }
     // The client's traffic itself went through; only the closing exchange broke.
@@ -137,7 +137,8 @@ fn perftest_keys(qpn: u32) -> Vec<u8> {
     bytes
 }
 
-/// A fake `ib_write_bw` client: bytes only, no RDMA. Returns what the server sent.
+/// A fake `ib_write_bw` client: bytes only, no RDMA; it reports `report_iters` iterations
+/// (perftest reports `-n` × `-q`). Returns what the server sent.
 fn fake_write_bw_client(port: u16, report_iters: u64, qps: usize) -> std::io::Result<Vec<Vec<u8>>> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     let mut heard = Vec::new();
@@ -197,7 +198,7 @@ fn serve_one(
 #[test]
 fn a_perftest_client_hears_perftests_bytes() {
     let (served, heard) = serve_one(config(Test::WriteBw, 64, 1000, 2, false), |port| {
-        fake_write_bw_client(port, 1000, 2)
+        fake_write_bw_client(port, 2000, 2)
     });
     let report = served.unwrap();
     assert_eq!(
@@ -226,6 +227,11 @@ fn a_perftest_client_hears_perftests_bytes() {
         report_fields[0],
         64u64.to_be_bytes(),
         "the server's report echoes the size"
+    );
+    assert_eq!(
+        report_fields[1],
+        2000u64.to_be_bytes(),
+        "and -n × -q iterations, as perftest"
     );
     assert_eq!(heard.last().unwrap(), b"done\0");
 }
@@ -300,7 +306,7 @@ fn the_command_line_serves_a_perftest_client() {
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let heard = loop {
-        match fake_write_bw_client(port, 1000, 2) {
+        match fake_write_bw_client(port, 2000, 2) {
             Ok(heard) => break heard,
             Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(50)),
             Err(error) => panic!("{error}"),
