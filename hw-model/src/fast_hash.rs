@@ -12,8 +12,8 @@ pub(crate) type FastHashMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>
 
 const MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// One multiply per word; bytes are folded in one at a time (only for keys that hash
-/// byte slices, which the model's keys do not).
+/// One multiply per word. Byte slices (what arrays of integers hash as) are folded in
+/// eight bytes at a time.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct WordHasher(u64);
 
@@ -22,8 +22,18 @@ impl Hasher for WordHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(MULTIPLIER);
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let mut le = [0u8; 8];
+            le.copy_from_slice(word);
+            self.write_u64(u64::from_le_bytes(le));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut le = [0u8; 8];
+            le[..rest.len()].copy_from_slice(rest);
+            // The length keeps b"\0" and b"" (and other zero-padded tails) apart.
+            self.write_u64(u64::from_le_bytes(le) ^ (rest.len() as u64) << 59);
         }
     }
     fn write_u8(&mut self, value: u8) {
@@ -69,6 +79,21 @@ mod tests {
     fn tuple_keys_depend_on_field_order() {
         assert_ne!(hash((1u64, 2u64)), hash((2u64, 1u64)));
         assert_ne!(hash((0u64, 5u64)), hash((5u64, 0u64)));
+    }
+
+    #[test]
+    fn byte_slices_hash_by_content_and_length() {
+        let words: [u64; 3] = [1, 2, 3];
+        assert_eq!(hash(words), hash([1u64, 2, 3]));
+        assert_ne!(hash(words), hash([1u64, 3, 2]));
+        let mut a = WordHasher::default();
+        a.write(b"");
+        let mut b = WordHasher::default();
+        b.write(b"\0");
+        let mut c = WordHasher::default();
+        c.write(b"\0\0");
+        assert_ne!(a.finish(), b.finish());
+        assert_ne!(b.finish(), c.finish());
     }
 
     #[test]
