@@ -48,7 +48,7 @@ pub use pagemap::{PageMap, PagemapEntry, PAGEMAP_PFN_MASK, PAGEMAP_PRESENT, PAGE
 pub use process::{
     enter_network_namespace, install_termination_handlers, set_thread_timer_slack, termination_requested,
 };
-pub use socket::{bind_unix_listener, recv_with_fds, send_with_fds, Received, MAX_FDS_PER_MESSAGE};
+pub use socket::{bind_unix_listener, recv_with_fds, send_with_fds, set_receive_buffer, Received, MAX_FDS_PER_MESSAGE};
 
 /// Turns a negative libc return value into the thread's `errno`.
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {

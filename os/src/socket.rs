@@ -1,5 +1,5 @@
-//! Unix stream sockets: a listener with its mode set before `listen`, and sending and
-//! receiving file descriptors (`SCM_RIGHTS`).
+//! Sockets: a Unix stream listener with its mode set before `listen`, sending and
+//! receiving file descriptors (`SCM_RIGHTS`), and receive-buffer sizing.
 
 #![allow(unsafe_code)]
 
@@ -14,6 +14,43 @@ use crate::check;
 
 /// The most file descriptors one `SCM_RIGHTS` message may carry on Linux (`SCM_MAX_FD`).
 pub const MAX_FDS_PER_MESSAGE: usize = 253;
+
+/// Asks for a receive buffer of `bytes` on `socket` (any socket) and returns the size the
+/// kernel granted (it reports twice the usable bytes, for its bookkeeping). As root
+/// (`CAP_NET_ADMIN`) `SO_RCVBUFFORCE` goes past `net.core.rmem_max`; otherwise the request
+/// is capped there.
+pub fn set_receive_buffer(socket: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    let set = |option: libc::c_int| {
+        // SAFETY: `value` is a live c_int and its size is passed; the kernel only reads it.
+        check(unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                std::ptr::from_ref(&value).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        })
+    };
+    if set(libc::SO_RCVBUFFORCE).is_err() {
+        set(libc::SO_RCVBUF)?;
+    }
+    let mut granted: libc::c_int = 0;
+    let mut length = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `granted` and `length` are live locals the kernel writes, `length` holding
+    // `granted`'s size.
+    check(unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            std::ptr::from_mut(&mut granted).cast(),
+            &mut length,
+        )
+    })?;
+    Ok(usize::try_from(granted).unwrap_or(0))
+}
 
 /// Binds a listening Unix stream socket at `path` whose file has mode `mode`, set before
 /// `listen`: a connection attempt before the chmod gets ECONNREFUSED, so there is no
@@ -173,6 +210,22 @@ pub fn send_with_fds(socket: BorrowedFd<'_>, parts: &[&[u8]], fds: &[BorrowedFd<
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_receive_buffer_grows_to_at_least_what_was_asked_within_the_limit() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let default = super::set_receive_buffer(socket.as_fd(), 0).unwrap();
+        let granted = super::set_receive_buffer(socket.as_fd(), 1 << 20).unwrap();
+        // The kernel doubles the request; without CAP_NET_ADMIN it caps at rmem_max.
+        let limit: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .map(|text| text.trim().parse().unwrap())
+            .unwrap_or(usize::MAX);
+        assert!(granted > default, "{granted} <= {default}");
+        assert!(
+            granted >= 2 * limit.min(1 << 20),
+            "{granted} < twice min(1 MiB, rmem_max {limit})"
+        );
+    }
+
     use super::*;
     use crate::eventfd;
     use std::fs::File;

@@ -47,6 +47,10 @@ use super::{NetBackend, NetStats};
 /// their ICRC re-computed for it), so descriptors stay bounded.
 pub const MAX_FLOW_SOCKETS: usize = 256;
 
+/// The receive buffer asked of the kernel for the bound socket, in bytes (granted in full as
+/// root; otherwise capped at `net.core.rmem_max`).
+const RECEIVE_BUFFER_BYTES: usize = 32 << 20;
+
 /// Most peers whose MAC address is remembered.
 const MAX_PEERS: usize = 4096;
 
@@ -87,7 +91,11 @@ impl UdpBackend {
             )
         })?;
         socket.set_nonblocking(true)?;
-        tracing::info!(target: "rnic_emu::net", local = %socket.local_addr()?, "udp backend bound");
+        // The kernel's default (~208 KiB) holds fewer datagrams than one QP may have in
+        // flight (512 PSNs of up to 4 KiB); a burst that overflows it is lost whole and
+        // costs a go-back-N. Hardware has the link's buffering; this is ours.
+        let receive_buffer = rnic_os::set_receive_buffer(socket.as_fd(), RECEIVE_BUFFER_BYTES)?;
+        tracing::info!(target: "rnic_emu::net", local = %socket.local_addr()?, receive_buffer, "udp backend bound");
         Ok(Self {
             local,
             mac,
