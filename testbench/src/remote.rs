@@ -56,7 +56,9 @@
 //! counters of the emulator processes (ask them: `rnic-emu` logs, `--pcap`), not of the
 //! verbs client. `sim_time_ps` is 0 too: each emulator has its own virtual clock.
 //! `wall_time_s` is the client's time from the first batch to the last (and the server's
-//! from READY to END), including one TCP round trip per batch for the lockstep above.
+//! from READY to END), including one TCP round trip per batch for the lockstep above. The
+//! bandwidth and message rate come from it (lower bounds, for that round trip); latencies
+//! are not measured across processes and read 0.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream, ToSocketAddrs};
@@ -633,7 +635,24 @@ pub(crate) fn new_report(config: &BenchConfig) -> BenchReport {
         iterations: config.iterations,
         queue_pairs: config.queue_pairs,
         mtu: config.mtu,
+        // Across processes the emulators run on the wall clock; no preset applies here
+        // (each `rnic-emu` has its own `--timing`).
+        mode: "wall",
+        preset: "-".to_string(),
+        test: if config.latency_test { "lat" } else { "bw" },
         ..BenchReport::default()
+    }
+}
+
+/// Average goodput and message rate of the messages that succeeded over `wall_time_s`.
+/// The lockstep's control round trips are inside that time, so these are lower bounds;
+/// latencies are not measured across processes and stay 0.
+fn wall_figures(report: &mut BenchReport) {
+    if report.wall_time_s > 0.0 {
+        let bytes = report.messages_ok as f64 * report.size as f64;
+        report.bw_gbps = bytes * 8.0 / report.wall_time_s / 1e9;
+        report.bw_peak_gbps = report.bw_gbps;
+        report.msg_rate_mpps = report.messages_ok as f64 / report.wall_time_s / 1e6;
     }
 }
 
@@ -819,6 +838,7 @@ fn serve(config: &BenchConfig, local: &mut Local, control: &mut Control) -> Resu
                 report.messages_failed = n[1];
                 report.bytes_verified = n[2];
                 report.wall_time_s = start.elapsed().as_secs_f64();
+                wall_figures(&mut report);
                 control.send("BYE")?;
                 return Ok(report);
             }
@@ -945,6 +965,7 @@ fn drive(config: &BenchConfig, local: &mut Local, control: &mut Control) -> Resu
         first += count;
     }
     report.wall_time_s = start.elapsed().as_secs_f64();
+    wall_figures(&mut report);
     control.send(&format!(
         "END {} {} {}",
         report.messages_ok, report.messages_failed, report.bytes_verified
