@@ -527,3 +527,111 @@ fn many_reads_in_flight_survive_reordered_responses_and_requests() {
         assert!(c.diagnostics().is_empty(), "MTU {mtu:?}: {:?}", c.diagnostics());
     }
 }
+
+/// NAK syndrome bits 7:5 (IBA 9.7.5.2.1): 0b011 = NAK.
+fn is_nak(r: &rnic_hw_model::wire::RoceRepr) -> bool {
+    r.aeth.is_some_and(|aeth| aeth.syndrome >> 5 == 0b011)
+}
+
+#[test]
+fn a_go_back_n_resends_a_burst_of_16_psns_not_the_whole_window() {
+    // A slow peer overrun by a resent window drops most of it and the retry never ends
+    // (rdma_rxe under TCG did): after a retry only 16 PSNs beyond the oldest
+    // unacknowledged one may be in flight until an acknowledgement makes progress.
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu256, false, |spec| {
+        spec.ack_timeout = 4;
+        spec.retry_cnt = 2;
+    });
+    let (ma, mb) = (c.ma, c.mb);
+    let (a, b) = (c.pair.a, c.pair.b);
+    let sent = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = sent.clone();
+    let mut lost = false;
+    c.pair.tap(
+        a,
+        Box::new(move |_, r| {
+            log.borrow_mut().push(r.bth.psn);
+            if r.bth.psn == 2 && !lost {
+                lost = true;
+                return Fate::Drop;
+            }
+            Fate::Pass
+        }),
+    );
+    // The responder's sequence NAK gets through, nothing after it: no progress ever.
+    let mut nak_sent = false;
+    c.pair.tap(
+        b,
+        Box::new(move |_, r| {
+            if nak_sent {
+                return Fate::Drop;
+            }
+            nak_sent = is_nak(r);
+            Fate::Pass
+        }),
+    );
+    c.send_a(&SendRequest::rdma(
+        SqOpcode::RdmaWrite,
+        vec![ma.sge(0, 64 << 10)],
+        mb.at(0),
+        mb.key,
+    ));
+    c.run();
+    single(&c.cqes_a(), CqeStatus::TransportRetryExcErr);
+    let sent = sent.borrow();
+    // The first round runs until the NAK is back; the go-back-N starts at PSN 2 again.
+    let first_round = 3 + sent[3..].iter().position(|&psn| psn == 2).unwrap();
+    let resent = &sent[first_round..];
+    assert!(first_round > 16, "the first round was not held back: {sent:?}");
+    // RETRY_CNT 2: the NAK's retry and one timeout's, then the next timeout gives up.
+    assert_eq!(resent.len(), 2 * 16, "two bursts of 16: {resent:?}");
+    assert!(
+        resent.chunks(16).all(|burst| burst.iter().copied().eq(2..18)),
+        "{resent:?}"
+    );
+}
+
+#[test]
+fn an_acknowledgement_after_a_retry_reopens_the_window_and_the_write_lands() {
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu256, false, |spec| spec.ack_timeout = 4);
+    let (ma, mb) = (c.ma, c.mb);
+    let a = c.pair.a;
+    c.pair.tap(a, drop_once(|r| r.bth.psn == 2));
+    c.send_a(&SendRequest::rdma(
+        SqOpcode::RdmaWrite,
+        vec![ma.sge(0, 256 << 10)],
+        mb.at(0),
+        mb.key,
+    ));
+    c.run();
+    single(&c.cqes_a(), CqeStatus::Success);
+    assert_eq!(c.bytes_a(0, 256 << 10), c.bytes_b(0, 256 << 10));
+    let ca = c.pair.a().device.transport_counters();
+    assert_eq!(ca.retries, 1, "{ca:?}");
+    assert_eq!(ca.ack_timeouts, 0, "{ca:?}");
+}
+
+#[test]
+fn ack_timeouts_in_a_row_back_off_to_four_times_the_timeout() {
+    // AT 4: 65.536 µs. Without an answer the timer runs 1, 2, 4 and 4 times that before
+    // RETRY_CNT 3 is used up: the error comes after 11 × 65.536 = 721 µs, not 262 µs.
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |spec| {
+        spec.ack_timeout = 4;
+        spec.retry_cnt = 3;
+    });
+    let (ma, mb) = (c.ma, c.mb);
+    let b = c.pair.b;
+    c.pair.tap(b, Box::new(|_, _| Fate::Drop));
+    c.send_a(&SendRequest::rdma(
+        SqOpcode::RdmaWrite,
+        vec![ma.sge(0, 100)],
+        mb.at(0),
+        mb.key,
+    ));
+    c.pair.run_for(rnic_hw_model::Picoseconds::from_micros(690));
+    assert!(c.cqes_a().is_empty(), "still retrying after 10.5 timeouts");
+    assert_eq!(c.pair.a().device.transport_counters().ack_timeouts, 3);
+    c.pair.run_for(rnic_hw_model::Picoseconds::from_micros(60));
+    single(&c.cqes_a(), CqeStatus::TransportRetryExcErr);
+    assert_eq!(c.pair.a().device.transport_counters().ack_timeouts, 4);
+}

@@ -22,7 +22,7 @@ use crate::wire::ParsedFrame;
 
 use super::op;
 use super::path::packet_gids;
-use super::qp_runtime::{psn_add, psn_diff, rnr_delay, INFINITE_RETRY};
+use super::qp_runtime::{psn_add, psn_diff, rnr_delay, INFINITE_RETRY, MAX_UNACKED_PSNS, RETRY_WINDOW_START};
 use super::requester::local_status;
 use super::wqe_fetch::{Payload, WqeKind};
 use super::FailedWqe;
@@ -170,6 +170,10 @@ impl Device {
         requester.retry_left = retry;
         requester.rnr_left = rnr;
         requester.retry_pending = false;
+        requester.timeouts_in_row = 0;
+        // Slow start after a retry: each acknowledgement that makes progress doubles the
+        // window until it is whole again.
+        requester.send_window = requester.send_window.saturating_mul(2).min(MAX_UNACKED_PSNS);
         // A go-back-N in progress need not resend what is now acknowledged.
         if requester.cursor_slot == 0 {
             if let Some(front) = requester.window.front() {
@@ -426,6 +430,7 @@ impl Device {
         }
         requester.retry_left -= 1;
         requester.retry_pending = true;
+        requester.send_window = RETRY_WINDOW_START;
         self.transport.counters.retries += 1;
         self.go_back(qpn, una);
         self.restart_ack_timer(qpn);
@@ -481,6 +486,7 @@ impl Device {
             return;
         }
         self.transport.counters.ack_timeouts += 1;
+        requester.timeouts_in_row = requester.timeouts_in_row.saturating_add(1);
         self.retry_from(qpn, "an acknowledgement (local ACK timeout)", true);
         self.sync_qpc(qpn);
         self.kick_qp(qpn, Picoseconds::ZERO);

@@ -68,6 +68,18 @@ pub(crate) const INFINITE_RETRY: u8 = 7;
 /// Most PSNs the requester keeps unacknowledged (rxe uses 128; a larger window keeps a
 /// 4 KiB-MTU link busy across the modelled round trip).
 pub(crate) const MAX_UNACKED_PSNS: i32 = 512;
+/// PSNs the requester may have outstanding right after a retry (a timeout or a NAK):
+/// go-back-N resends from the oldest unacknowledged PSN in a burst of this many, and the
+/// window doubles with every acknowledgement that makes progress until it is
+/// [`MAX_UNACKED_PSNS`] again. Resending the whole window at once overruns a slow peer
+/// (rdma_rxe in a TCG guest drops most of a 512-packet burst, which starts the next
+/// retry); hns and mlx5 NICs pace their retransmissions too (docs/transport.md).
+pub(crate) const RETRY_WINDOW_START: i32 = 16;
+/// The local ACK timer doubles with every timeout in a row without progress, up to this
+/// factor (IBA lets the actual timeout exceed 4.096 µs × 2^AT, roce-wire §1.9): a peer
+/// that stalls for a while (a software RNIC under load) is given time before RETRY_CNT
+/// runs out. Progress brings the factor back to 1.
+pub(crate) const ACK_TIMEOUT_MAX_BACKOFF: u32 = 4;
 /// Most WQEs the requester holds fetched (its on-chip WQE cache).
 pub(crate) const MAX_WINDOW_WQES: usize = 128;
 /// The requester sets AckReq on the last packet of every message and on every
@@ -205,6 +217,11 @@ pub(crate) struct Requester {
     /// A go-back-N is under way: further gaps (late responses of the old round) do not
     /// start another one until something is acknowledged or the timer expires.
     pub retry_pending: bool,
+    /// PSNs that may be outstanding beyond `una_psn` now: [`MAX_UNACKED_PSNS`], or less
+    /// while recovering from a retry ([`RETRY_WINDOW_START`]).
+    pub send_window: i32,
+    /// Local ACK timeouts in a row without progress (the timer's backoff).
+    pub timeouts_in_row: u32,
 }
 
 impl Requester {
@@ -229,6 +246,8 @@ impl Requester {
             rnr_timer: 0,
             stalled: false,
             retry_pending: false,
+            send_window: MAX_UNACKED_PSNS,
+            timeouts_in_row: 0,
         }
     }
 
@@ -267,6 +286,14 @@ impl Requester {
         self.rnr_timer = 0;
         self.stalled = false;
         self.retry_pending = false;
+        self.send_window = MAX_UNACKED_PSNS;
+        self.timeouts_in_row = 0;
+    }
+
+    /// The local ACK timeout with the backoff of `timeouts_in_row` applied.
+    pub fn backed_off(&self, timeout: Picoseconds) -> Picoseconds {
+        let factor = (1u32 << self.timeouts_in_row.min(31)).min(ACK_TIMEOUT_MAX_BACKOFF);
+        Picoseconds(timeout.0.saturating_mul(u64::from(factor)))
     }
 }
 

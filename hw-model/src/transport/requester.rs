@@ -7,8 +7,11 @@
 //! transmit cursor back (go-back-N) and the same PSNs go out again.
 //!
 //! A new WQE waits while: a FENCE/SO WQE has READ/atomic WQEs outstanding before it,
-//! a READ/atomic would exceed SR_MAX outstanding, or the unacknowledged PSNs reach
-//! [`MAX_UNACKED_PSNS`]. UC and UD WQEs complete when their last packet is sent.
+//! a READ/atomic would exceed SR_MAX outstanding, or the unacknowledged PSNs reach the
+//! send window: [`MAX_UNACKED_PSNS`], or fewer while recovering from a retry
+//! ([`RETRY_WINDOW_START`], doubled by every acknowledgement that makes progress); a
+//! go-back-N resends no further than that window either. UC and UD WQEs complete when
+//! their last packet is sent.
 
 use rnic_firmware_if::context::{QpState, ServiceType};
 use rnic_firmware_if::cqe::CqeStatus;
@@ -21,7 +24,9 @@ use crate::wire::{self, opcode::BthOpcode, AtomicEthRepr, BthRepr, DethRepr, Ret
 use super::dma::TransferError;
 use super::op;
 use super::path::Path;
-use super::qp_runtime::{psn_add, psn_diff, ACK_REQUEST_INTERVAL, MAX_UNACKED_PSNS, MAX_WINDOW_WQES};
+use super::qp_runtime::{psn_add, psn_diff, ACK_REQUEST_INTERVAL, MAX_WINDOW_WQES};
+#[cfg(doc)]
+use super::qp_runtime::{MAX_UNACKED_PSNS, RETRY_WINDOW_START};
 use super::wqe_fetch::{FetchError, Payload, WqeKind};
 use super::FailedWqe;
 
@@ -129,7 +134,7 @@ impl Device {
                     return None;
                 }
                 if config.service == ServiceType::Rc
-                    && psn_diff(requester.next_psn, requester.una_psn) >= MAX_UNACKED_PSNS
+                    && psn_diff(requester.next_psn, requester.una_psn) >= requester.send_window
                 {
                     return None;
                 }
@@ -146,7 +151,7 @@ impl Device {
             }
             let packet = requester.cursor_packet;
             let psn = psn_add(wqe.first_psn, packet);
-            if config.service == ServiceType::Rc && psn_diff(psn, requester.una_psn) >= MAX_UNACKED_PSNS {
+            if config.service == ServiceType::Rc && psn_diff(psn, requester.una_psn) >= requester.send_window {
                 return None;
             }
             return self.build_request(qpn, slot, packet);
@@ -364,8 +369,8 @@ impl Device {
         let Some(timeout) = super::qp_runtime::ack_timeout(runtime.config.ack_timeout) else {
             return;
         };
-        let deadline = now + timeout;
         let requester = &mut runtime.requester;
+        let deadline = now + requester.backed_off(timeout);
         requester.ack_deadline = Some(deadline);
         if !requester.ack_event_pending {
             requester.ack_event_pending = true;
