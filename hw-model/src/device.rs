@@ -729,9 +729,12 @@ impl Device {
     }
 
     /// MPT `index`, from the MPT cache or else read from host memory (and then cached).
+    /// With bus mastering off it fails as the read would, cached or not.
     pub(crate) fn cached_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
-        if let Some(mpt) = self.mpt_cache.get(&index) {
-            return Ok(*mpt);
+        if self.config_space.bus_master_enabled() {
+            if let Some(mpt) = self.mpt_cache.get(&index) {
+                return Ok(*mpt);
+            }
         }
         let (mpt, _) = self.read_context::<Mpt>(ContextTableId::Mpt, index)?;
         if self.mpt_cache.len() >= crate::hem::LOCATION_CACHE_CAPACITY {

@@ -203,6 +203,39 @@ fn an_rkey_used_just_before_its_invalidation_stops_working() {
 }
 
 #[test]
+fn with_bus_mastering_off_a_cached_key_fails_like_an_unused_one() {
+    // A warm responder has the key's MPT in its MPT cache; the cache must not let an
+    // access past a DMA gate that is shut.
+    let outcome = |warm: bool| {
+        let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
+        let (ma, mb) = (c.ma, c.mb);
+        let write = |c: &mut Connection| {
+            c.send_a(&SendRequest::rdma(
+                SqOpcode::RdmaWrite,
+                vec![ma.sge(0, 100)],
+                mb.at(0),
+                mb.key,
+            ));
+            c.run();
+        };
+        if warm {
+            write(&mut c);
+            assert_eq!(statuses(&c.cqes_a()), [(0, CqeStatus::Success)]);
+        }
+        c.pair.b().device.config_write(
+            rnic_firmware_if::pci::offset::COMMAND,
+            &rnic_firmware_if::pci::COMMAND_MEMORY_SPACE.to_le_bytes(),
+        );
+        write(&mut c);
+        let found: Vec<CqeStatus> = statuses(&c.cqes_a()).into_iter().map(|(_, s)| s).collect();
+        (found, c.pair.b().last_diagnostic())
+    };
+    let (cold, warm) = (outcome(false), outcome(true));
+    assert_ne!(cold.0, [CqeStatus::Success], "the shut gate is noticed");
+    assert_eq!(warm, cold);
+}
+
+#[test]
 fn invalidating_a_key_of_another_pd_fails_the_receive() {
     let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
     let (ma, mb) = (c.ma, c.mb);
