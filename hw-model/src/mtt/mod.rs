@@ -443,12 +443,22 @@ pub const TRANSLATION_CACHE_CAPACITY: usize = 512;
 /// Everything a walk depends on: the whole MTR and the page, packed into as few words
 /// as hashing needs (shifts ≤ 63, hops ≤ 3 and region count ≤ 3 for a valid MTR; an
 /// invalid one never gets here).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PageKey {
     root: u64,
     shape: u64,
     page_counts: [u64; MAX_REGIONS],
     page: u64,
+}
+
+/// Hashes two words of the key (root and page, shape and the first region's pages):
+/// every lookup pays for the hash, equal keys still hash equally, and the equality check
+/// compares the whole key.
+impl std::hash::Hash for PageKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.root ^ self.page.rotate_left(32));
+        state.write_u64(self.shape ^ self.page_counts[0].rotate_left(32));
+    }
 }
 
 impl PageKey {
