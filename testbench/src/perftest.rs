@@ -30,7 +30,8 @@
 //!    size, iterations of all QPs together, peak MB/s, average MB/s, Mpps as IEEE
 //!    doubles), a sync, and
 //!    `"done\0"` written by both (never read by perftest). SEND BW: a sync and "done".
-//!    Write latency: nothing, the processes just exit.
+//!    Write latency: nothing, the processes just exit; rnic-bench keeps its QP until the
+//!    peer closes the socket, in case its last WRITE must be acknowledged again.
 //!
 //! # How the tests use the remote buffer
 //!
@@ -530,6 +531,33 @@ impl Exchange {
         Ok(BwReport::decode(&theirs))
     }
 
+    /// Closes our direction and waits until the peer closes its own (or `timeout`); what
+    /// it sends is ignored. Two rnic-bench sides thus part at once; perftest closes when
+    /// it exits.
+    fn wait_for_close(&mut self, timeout: Duration) {
+        if let Err(error) = self.stream.shutdown(std::net::Shutdown::Write) {
+            tracing::debug!(%error, "closing our direction");
+        }
+        let deadline = Instant::now() + timeout;
+        let mut sink = [0u8; 64];
+        while Instant::now() < deadline {
+            match self.stream.read(&mut sink) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(error) => {
+                    tracing::debug!(%error, "waiting for the peer to close");
+                    return;
+                }
+            }
+        }
+        tracing::warn!("the peer kept the connection open for {timeout:?} after the test");
+    }
+
     /// `ctx_close_connection`'s "done": perftest writes it and closes without reading
     /// ours, so a reset or an early end after our own write is not an error.
     fn done(&mut self) -> Result<()> {
@@ -716,7 +744,12 @@ fn run_on(config: &PerftestConfig, context: Context, exchange: &mut Exchange) ->
             session.learn(0, theirs)?;
             exchange.done()?;
         }
-        Test::WriteLat => {}
+        Test::WriteLat => {
+            // No exchange follows ib_write_lat's traffic, but the peer may still need our
+            // QP: when our ACK of its last WRITE was lost, it re-sends that WRITE and waits
+            // for the duplicate's ACK. Keep the QP until perftest exits (closes the socket).
+            exchange.wait_for_close(PROGRESS_TIMEOUT);
+        }
     }
     if report.bw_gbps == 0.0 && elapsed > 0.0 {
         let total = report.messages_ok as f64;

@@ -20,7 +20,9 @@
 //! SEND and a receive completed, so the server echoes what it received (it sends from the
 //! buffer it received into). Both end after `iterations` SENDs and receives. RTR/RTS as
 //! rc_pingpong: `max_dest_rd_atomic` 1, `min_rnr_timer` 12, `timeout` 14, retries 7/7,
-//! `max_rd_atomic` 1, GRH hop limit 1, a random 24-bit PSN.
+//! `max_rd_atomic` 1, GRH hop limit 1, a random 24-bit PSN. Nothing marks the end, so
+//! rnic-bench keeps its QP for 2 s after its last message: the peer may need the ACK of
+//! its last SEND again (ours was lost) and would otherwise retry into the void.
 //!
 //! # Validation
 //!
@@ -54,6 +56,8 @@ const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 /// Receives kept posted (rc_pingpong's `-r` default is 500).
 const RX_DEPTH: u32 = 64;
+/// How long the QP stays after the last message (rc_pingpong's own ACK timeout is 67 ms).
+const LINGER: Duration = Duration::from_secs(2);
 /// How long the traffic may go without a completion.
 const PROGRESS_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the client keeps its QP after the last pong arrived. rc_pingpong has no final
@@ -403,6 +407,13 @@ fn run_on(config: &PingpongConfig, context: Context, stream: TcpStream, client: 
         }
     }
     report.wall_time_s = start.elapsed().as_secs_f64();
+    // Nothing tells us when the peer is done: if our ACK of its last SEND was lost, it
+    // re-sends that SEND and needs our QP to acknowledge the duplicate. Keep the QP a while.
+    let linger = Instant::now();
+    while linger.elapsed() < LINGER {
+        let _ = cq.poll(&mut completions)?;
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let bits = (size as u64 * bench.iterations * 2 * 8) as f64;
     report.bw_gbps = bits / report.wall_time_s.max(1e-9) / 1e9;
     if client {
