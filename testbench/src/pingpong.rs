@@ -56,16 +56,13 @@ const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 /// Receives kept posted (rc_pingpong's `-r` default is 500).
 const RX_DEPTH: u32 = 64;
-/// How long the QP stays after the last message (rc_pingpong's own ACK timeout is 67 ms).
+/// How long the QP stays after the last message, on both sides. rc_pingpong has no final
+/// handshake: if our ACK of the peer's last SEND is lost, the peer resends it after its ACK
+/// timeout (67 ms), and an rdma_rxe peer, retrying for ever, would wait for an answer from
+/// a QP that is gone (seen on the lossy link of scripts/rxe-interop).
 const LINGER: Duration = Duration::from_secs(2);
 /// How long the traffic may go without a completion.
 const PROGRESS_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long the client keeps its QP after the last pong arrived. rc_pingpong has no final
-/// handshake: if our ACK of the server's last SEND is lost, the server resends it after
-/// its ACK timeout (67 ms), and an rdma_rxe server, which retries for ever at retry_cnt 7,
-/// would wait for an answer from a QP that is gone (seen on the lossy link of
-/// scripts/rxe-interop). Keeping the QP up a while lets the responder acknowledge again.
-const FINAL_ACK_LINGER: Duration = Duration::from_secs(2);
 
 /// Why a run with an ibv_rc_pingpong peer failed.
 #[derive(Debug, thiserror::Error)]
@@ -416,10 +413,6 @@ fn run_on(config: &PingpongConfig, context: Context, stream: TcpStream, client: 
     }
     let bits = (size as u64 * bench.iterations * 2 * 8) as f64;
     report.bw_gbps = bits / report.wall_time_s.max(1e-9) / 1e9;
-    if client {
-        // The server's last SEND may come again (its ACK lost): the QP must still answer.
-        std::thread::sleep(FINAL_ACK_LINGER);
-    }
     Ok(report)
 }
 
