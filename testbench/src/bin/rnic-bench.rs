@@ -9,7 +9,7 @@ use clap::Parser;
 use rnic_hw_model::fabric::FaultPlan;
 use rnic_hw_model::time::Picoseconds;
 use rnic_hw_model::timing::TimingParams;
-use rnic_testbench::bench::{self, BenchConfig, Mode, Operation};
+use rnic_testbench::bench::{self, BenchConfig, BenchReport, Mode, Operation};
 use rnic_testbench::{perftest, pingpong, remote};
 
 /// Runs RDMA operations between two embedded NICs connected by an in-process wire, and
@@ -204,43 +204,19 @@ fn main() -> ExitCode {
         }
         return remote_main(&arguments, config, device);
     }
-    let (report, capture) = match bench::run(&config) {
-        Ok(outcome) => outcome,
-        Err(error) => {
-            eprintln!("rnic-bench: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if let Some(path) = &arguments.pcap {
-        if let Err(error) = rnic_testbench::pcap::write_pcap(path, &capture) {
+    let outcome = bench::run(&config);
+    if let (Ok((_, capture)), Some(path)) = (&outcome, &arguments.pcap) {
+        if let Err(error) = rnic_testbench::pcap::write_pcap(path, capture) {
             eprintln!("rnic-bench: writing {}: {error}", path.display());
             return ExitCode::FAILURE;
         }
     }
-    print!("{}", report.to_text());
-    print!("{}", report.to_table());
-    if arguments.breakdown {
-        print!("{}", report.breakdown_table());
-    }
-    if arguments.json {
-        println!("{}", report.to_json());
-    }
-    if report.messages_failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    finish(&arguments, outcome.map(|(report, _)| report), true)
 }
 
 /// `--server` / `--client`: one side of a cross-process run (testbench/src/remote.rs).
 fn remote_main(arguments: &Arguments, bench: BenchConfig, device: String) -> ExitCode {
-    let role = match &arguments.client {
-        Some(host) => remote::Role::Client {
-            host: host.clone(),
-            port: arguments.port,
-        },
-        None => remote::Role::Server { port: arguments.port },
-    };
+    let role = role(arguments);
     let config = remote::RemoteConfig {
         bench,
         device,
@@ -248,37 +224,12 @@ fn remote_main(arguments: &Arguments, bench: BenchConfig, device: String) -> Exi
         role,
         ud: arguments.ud,
     };
-    let report = match remote::run(&config) {
-        Ok(report) => report,
-        Err(error) => {
-            eprintln!("rnic-bench: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    print!("{}", report.to_text());
-    print!("{}", report.to_table());
-    if arguments.breakdown {
-        print!("{}", report.breakdown_table());
-    }
-    if arguments.json {
-        println!("{}", report.to_json());
-    }
-    if report.messages_failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    finish(arguments, remote::run(&config), true)
 }
 
 /// `--peer perftest`: one side against an unmodified perftest (testbench/src/perftest.rs).
 fn perftest_main(arguments: &Arguments, bench: BenchConfig, device: String) -> ExitCode {
-    let role = match &arguments.client {
-        Some(host) => remote::Role::Client {
-            host: host.clone(),
-            port: arguments.port,
-        },
-        None => remote::Role::Server { port: arguments.port },
-    };
+    let role = role(arguments);
     let outcome = perftest::Test::new(bench.operation, arguments.ud, arguments.lat).and_then(|test| {
         let config = perftest::PerftestConfig {
             bench,
@@ -288,25 +239,7 @@ fn perftest_main(arguments: &Arguments, bench: BenchConfig, device: String) -> E
         };
         perftest::run(&config, &device, arguments.ip, &role)
     });
-    let report = match outcome {
-        Ok(report) => report,
-        Err(error) => {
-            eprintln!("rnic-bench: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    print!("{}", report.to_text());
-    for failure in &report.failures {
-        println!("failure: {failure}");
-    }
-    if arguments.json {
-        println!("{}", report.to_json());
-    }
-    if report.messages_failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    finish(arguments, outcome, false)
 }
 
 /// `--peer pingpong`: one side against an unmodified ibv_rc_pingpong (testbench/src/pingpong.rs).
@@ -315,19 +248,31 @@ fn pingpong_main(arguments: &Arguments, bench: BenchConfig, device: String) -> E
         eprintln!("rnic-bench: ibv_rc_pingpong is RC SEND ping-pong: no --ud or --lat");
         return ExitCode::FAILURE;
     }
-    let role = match &arguments.client {
-        Some(host) => remote::Role::Client {
-            host: host.clone(),
-            port: arguments.port,
-        },
-        None => remote::Role::Server { port: arguments.port },
-    };
+    let role = role(arguments);
     let config = pingpong::PingpongConfig {
         bench,
         gid_index: arguments.gid_index,
         peer_mac: arguments.peer_mac,
     };
-    let report = match pingpong::run(&config, &device, arguments.ip, &role) {
+    finish(arguments, pingpong::run(&config, &device, arguments.ip, &role), false)
+}
+
+/// The cross-process role: `--client HOST` or, without it, the server.
+fn role(arguments: &Arguments) -> remote::Role {
+    match &arguments.client {
+        Some(host) => remote::Role::Client {
+            host: host.clone(),
+            port: arguments.port,
+        },
+        None => remote::Role::Server { port: arguments.port },
+    }
+}
+
+/// Prints a run's outcome (its text, which lists the failures; with `table` the
+/// perftest-shaped table and `--breakdown`; `--json`) and turns it into the exit code:
+/// success only when every message was ok.
+fn finish(arguments: &Arguments, outcome: Result<BenchReport, impl std::fmt::Display>, table: bool) -> ExitCode {
+    let report = match outcome {
         Ok(report) => report,
         Err(error) => {
             eprintln!("rnic-bench: {error}");
@@ -335,8 +280,11 @@ fn pingpong_main(arguments: &Arguments, bench: BenchConfig, device: String) -> E
         }
     };
     print!("{}", report.to_text());
-    for failure in &report.failures {
-        println!("failure: {failure}");
+    if table {
+        print!("{}", report.to_table());
+        if arguments.breakdown {
+            print!("{}", report.breakdown_table());
+        }
     }
     if arguments.json {
         println!("{}", report.to_json());
