@@ -10,6 +10,7 @@
 //!
 //! A Linux VFIO backend will live next to them.
 
+mod dma_pool;
 pub mod embedded;
 pub mod pci;
 pub mod vfio_user;

@@ -58,7 +58,7 @@
 //! A process killed while the device runs leaves bus mastering on: the next process to
 //! open the function resets it (the driver's bring-up does) before using it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -69,6 +69,7 @@ use std::time::{Duration, Instant};
 use rnic_firmware_if::{pci, regs};
 use rnic_os::{MappedRegion, PageMap, PageSize, Protection};
 
+use super::dma_pool::{check_dma_request, DmaPool, Registration};
 use crate::device_access::{AccessError, DeviceAccess, DmaBuffer, UserMemory, USER_PAGE_SIZE};
 
 /// Where Linux lists PCI functions.
@@ -345,102 +346,6 @@ impl ChunkSource for HugePages {
     }
 }
 
-/// One application buffer: where its bytes are, and the bytes for the way back.
-#[derive(Debug)]
-struct Registration {
-    runs: Vec<(u64, u64)>,
-    bytes: Vec<u8>,
-}
-
-/// DMA memory bookkeeping, all in bus addresses.
-#[derive(Debug, Default)]
-struct Pool {
-    /// Free ranges: bus address → length, coalesced (physically adjacent chunks merge).
-    free: BTreeMap<u64, u64>,
-    mapped: u64,
-    next_token: u64,
-    allocations: HashMap<u64, (u64, u64)>,
-    registrations: HashMap<u64, Registration>,
-}
-
-impl Pool {
-    /// First fit of `size` bytes at a multiple of `align`.
-    fn take(&mut self, size: u64, align: u64) -> Option<u64> {
-        let (start, length, address) = self.free.iter().find_map(|(&start, &length)| {
-            let address = start.checked_next_multiple_of(align)?;
-            (address.checked_add(size)? <= start + length).then_some((start, length, address))
-        })?;
-        self.free.remove(&start);
-        if address > start {
-            self.free.insert(start, address - start);
-        }
-        if address + size < start + length {
-            self.free.insert(address + size, start + length - address - size);
-        }
-        Some(address)
-    }
-
-    /// `pages` 4 KiB pages from wherever they are free, as runs of (address, length).
-    fn take_pages(&mut self, pages: u64) -> Option<Vec<(u64, u64)>> {
-        if self.free.values().map(|l| l / PAGE).sum::<u64>() < pages {
-            return None;
-        }
-        let mut runs = Vec::new();
-        let mut missing = pages;
-        while missing > 0 {
-            let (&start, &length) = self.free.iter().find(|(_, &length)| length >= PAGE)?;
-            let take = (length / PAGE).min(missing) * PAGE;
-            self.free.remove(&start);
-            if take < length {
-                self.free.insert(start + take, length - take);
-            }
-            runs.push((start, take));
-            missing -= take / PAGE;
-        }
-        Some(runs)
-    }
-
-    fn give_back(&mut self, mut address: u64, mut size: u64) {
-        if let Some((&before, &length)) = self.free.range(..address).next_back() {
-            if before + length == address {
-                self.free.remove(&before);
-                address = before;
-                size += length;
-            }
-        }
-        if let Some(length) = self.free.remove(&(address + size)) {
-            size += length;
-        }
-        self.free.insert(address, size);
-    }
-
-    /// Removes `address..address+size`, which must be free, from the free ranges.
-    fn withdraw(&mut self, address: u64, size: u64) {
-        let Some((&start, &length)) = self.free.range(..=address).next_back() else {
-            return;
-        };
-        if start + length < address + size {
-            return;
-        }
-        self.free.remove(&start);
-        if address > start {
-            self.free.insert(start, address - start);
-        }
-        if address + size < start + length {
-            self.free.insert(address + size, start + length - address - size);
-        }
-    }
-
-    fn longest_free_run(&self) -> u64 {
-        self.free.values().copied().max().unwrap_or(0)
-    }
-
-    fn token(&mut self) -> u64 {
-        self.next_token += 1;
-        self.next_token
-    }
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing guarded here is left half-updated by a panic in a way that matters more
     // than the panic itself.
@@ -467,7 +372,8 @@ pub struct PciDevice {
     source: Box<dyn ChunkSource>,
     /// Mapped chunks by bus address.
     chunks: RwLock<BTreeMap<u64, MappedRegion>>,
-    pool: Mutex<Pool>,
+    /// Free physical ranges (physically adjacent chunks merge), buffers and registrations.
+    pool: Mutex<DmaPool>,
 }
 
 impl PciDevice {
@@ -540,7 +446,7 @@ impl PciDevice {
             doorbell: Mutex::new(()),
             source,
             chunks: RwLock::new(BTreeMap::new()),
-            pool: Mutex::new(Pool::default()),
+            pool: Mutex::new(DmaPool::default()),
         };
 
         // No kernel driver enables the function: do it before the first BAR access.
@@ -587,12 +493,12 @@ impl PciDevice {
 
     /// Driver DMA buffers currently allocated.
     pub fn dma_buffers_in_use(&self) -> usize {
-        lock(&self.pool).allocations.len()
+        lock(&self.pool).buffers_in_use()
     }
 
     /// Application buffers currently registered.
     pub fn user_registrations_in_use(&self) -> usize {
-        lock(&self.pool).registrations.len()
+        lock(&self.pool).registrations_in_use()
     }
 
     fn bar(&self, bar: u8) -> Option<&MappedRegion> {
@@ -668,7 +574,7 @@ impl PciDevice {
     }
 
     /// Maps one more chunk into the pool. Called with the pool locked.
-    fn grow(&self, pool: &mut Pool) -> Result<(u64, u64), PciError> {
+    fn grow(&self, pool: &mut DmaPool) -> Result<(u64, u64), PciError> {
         let size = self.source.chunk_size();
         if pool.mapped + size > self.options.max_dma_memory {
             return Err(PciError::Dma(format!(
@@ -679,16 +585,16 @@ impl PciDevice {
         let (map, bus) = self.source.next_chunk()?;
         self.chunks.write().unwrap_or_else(|e| e.into_inner()).insert(bus, map);
         pool.mapped += size;
-        pool.give_back(bus, size);
+        pool.space.give_back(bus, size);
         Ok((bus, size))
     }
 
     /// Unmaps chunks mapped for a request that failed (they are wholly free: the pool
     /// was locked all along).
-    fn shrink(&self, pool: &mut Pool, added: &[(u64, u64)]) {
+    fn shrink(&self, pool: &mut DmaPool, added: &[(u64, u64)]) {
         let mut chunks = self.chunks.write().unwrap_or_else(|e| e.into_inner());
         for &(bus, size) in added {
-            pool.withdraw(bus, size);
+            pool.space.withdraw(bus, size);
             chunks.remove(&bus);
             pool.mapped -= size;
         }
@@ -696,16 +602,16 @@ impl PciDevice {
 
     /// Takes `size` bytes at a multiple of `align` (both multiples of 4 KiB), mapping
     /// chunks until a long enough physically contiguous run exists.
-    fn carve(&self, pool: &mut Pool, size: u64, align: u64) -> Result<u64, AccessError> {
+    fn carve(&self, pool: &mut DmaPool, size: u64, align: u64) -> Result<u64, AccessError> {
         let mut added = Vec::new();
         loop {
-            if let Some(address) = pool.take(size, align) {
+            if let Some(address) = pool.space.take(size, align) {
                 return Ok(address);
             }
             match self.grow(pool) {
                 Ok(chunk) => added.push(chunk),
                 Err(error) => {
-                    let longest = pool.longest_free_run();
+                    let longest = pool.space.longest_free_run();
                     self.shrink(pool, &added);
                     let chunk = self.source.chunk_size();
                     let reason = if size + align.saturating_sub(PAGE) > chunk {
@@ -860,40 +766,20 @@ impl DeviceAccess for PciDevice {
     }
 
     fn allocate_dma(&self, size: usize, align: usize) -> Result<DmaBuffer, AccessError> {
-        if size == 0 {
-            return Err(AccessError::InvalidRequest {
-                reason: "a DMA buffer of 0 bytes".into(),
-            });
-        }
-        if !align.is_power_of_two() || align as u64 > MAX_ALIGN {
-            return Err(AccessError::InvalidRequest {
-                reason: format!("alignment {align} is not a power of two up to {MAX_ALIGN}"),
-            });
-        }
-        let align = (align as u64).max(PAGE);
-        let rounded = (size as u64)
-            .checked_next_multiple_of(PAGE)
-            .ok_or(AccessError::OutOfMemory {
-                size,
-                align: align as usize,
-            })?;
+        let (rounded, align) = check_dma_request(size, align, MAX_ALIGN, &MAX_ALIGN)?;
         let mut pool = lock(&self.pool);
         let address = self.carve(&mut pool, rounded, align)?;
         // Freed memory is reused: hand it out zeroed, as the trait promises.
         if let Err(error) = self.for_each_piece(address, rounded as usize, |map, at, range| map.zero(at, range.len())) {
-            pool.give_back(address, rounded);
+            pool.space.give_back(address, rounded);
             return Err(error);
         }
-        let token = pool.token();
-        pool.allocations.insert(token, (address, rounded));
-        Ok(DmaBuffer::new(address, size, token))
+        Ok(pool.record_buffer(address, rounded, size))
     }
 
     fn free_dma(&self, buffer: DmaBuffer) {
-        let mut pool = lock(&self.pool);
-        match pool.allocations.remove(&buffer.token()) {
-            Some((address, size)) => pool.give_back(address, size),
-            None => tracing::error!(target: "rnic_verbs::pci", ?buffer, "free_dma of an unknown buffer"),
+        if !lock(&self.pool).release_buffer(&buffer) {
+            tracing::error!(target: "rnic_verbs::pci", ?buffer, "free_dma of an unknown buffer");
         }
     }
 
@@ -916,7 +802,7 @@ impl DeviceAccess for PciDevice {
         let mut pool = lock(&self.pool);
         let mut added = Vec::new();
         let runs = loop {
-            if let Some(runs) = pool.take_pages(pages) {
+            if let Some(runs) = pool.space.take_pages(pages) {
                 break runs;
             }
             match self.grow(&mut pool) {
@@ -942,36 +828,28 @@ impl DeviceAccess for PciDevice {
             copied += take;
         }
         if let Err(error) = result {
-            for (address, size) in runs {
-                pool.give_back(address, size);
-            }
+            pool.release_runs(&runs);
             return Err(error);
         }
-        let page_addresses = runs
-            .iter()
-            .flat_map(|&(address, size)| (0..size / PAGE).map(move |i| address + i * PAGE))
-            .collect();
-        let token = pool.token();
-        pool.registrations.insert(token, Registration { runs, bytes });
-        Ok(UserMemory::new(page_addresses, length, token))
+        Ok(pool.record_registration(runs, bytes))
     }
 
     fn unregister_user_memory(&self, memory: UserMemory) -> Vec<u8> {
         let mut pool = lock(&self.pool);
-        let Some(Registration { runs, mut bytes }) = pool.registrations.remove(&memory.token()) else {
+        let Some(Registration { runs, mut bytes }) = pool.take_registration(&memory) else {
             tracing::error!(target: "rnic_verbs::pci", ?memory, "unregister of an unknown application buffer");
             return Vec::new();
         };
         // The pages hold what the device wrote: copy them back into the application's Vec.
         let mut copied = 0;
-        for (address, size) in runs {
+        for &(address, size) in &runs {
             let take = (size as usize).min(bytes.len() - copied);
             if let Err(error) = self.dma_read(address, &mut bytes[copied..copied + take]) {
                 tracing::error!(target: "rnic_verbs::pci", %error, "copying a registration back failed");
             }
             copied += take;
-            pool.give_back(address, size);
         }
+        pool.release_runs(&runs);
         bytes
     }
 

@@ -40,7 +40,6 @@
 //! * **Drop**: DMA_UNMAP of every arena, then the socket is closed; the server keeps the
 //!   device state for the next client.
 
-use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -51,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use rnic_firmware_if::regs;
 
+use super::dma_pool::{check_dma_request, DmaPool};
 use crate::device_access::{AccessError, DeviceAccess, DmaBuffer, UserMemory, USER_PAGE_SIZE};
 use rnic_os::{self as os, MappedRegion, Protection};
 
@@ -327,61 +327,13 @@ impl Arena {
     }
 }
 
-/// One application buffer.
+/// DMA bookkeeping: the shared pool over IOVAs, and where the next arena goes.
 #[derive(Debug)]
-struct Registration {
-    address: u64,
-    size: u64,
-    bytes: Vec<u8>,
-}
-
-/// Allocation bookkeeping.
-#[derive(Debug, Default)]
 struct Allocator {
-    /// Free ranges: IOVA → length (coalesced; never across arenas thanks to the gap).
-    free: BTreeMap<u64, u64>,
+    /// Free IOVA ranges (coalesced; never across arenas thanks to the gap), buffers and
+    /// registrations.
+    pool: DmaPool,
     next_iova: u64,
-    mapped: u64,
-    next_token: u64,
-    allocations: HashMap<u64, (u64, u64)>,
-    registrations: HashMap<u64, Registration>,
-}
-
-impl Allocator {
-    fn take(&mut self, size: u64, align: u64) -> Option<u64> {
-        let (start, length, address) = self.free.iter().find_map(|(&start, &length)| {
-            let address = start.checked_next_multiple_of(align)?;
-            (address.checked_add(size)? <= start + length).then_some((start, length, address))
-        })?;
-        self.free.remove(&start);
-        if address > start {
-            self.free.insert(start, address - start);
-        }
-        let end = address + size;
-        if end < start + length {
-            self.free.insert(end, start + length - end);
-        }
-        Some(address)
-    }
-
-    fn give_back(&mut self, mut address: u64, mut size: u64) {
-        if let Some((&before, &length)) = self.free.range(..address).next_back() {
-            if before + length == address {
-                self.free.remove(&before);
-                address = before;
-                size += length;
-            }
-        }
-        if let Some(length) = self.free.remove(&(address + size)) {
-            size += length;
-        }
-        self.free.insert(address, size);
-    }
-
-    fn token(&mut self) -> u64 {
-        self.next_token += 1;
-        self.next_token
-    }
 }
 
 /// A NIC behind a vfio-user socket, driven as its VMM. See the module documentation.
@@ -528,8 +480,8 @@ impl VfioUserDevice {
             doorbells,
             arenas: RwLock::new(Vec::new()),
             allocator: Mutex::new(Allocator {
+                pool: DmaPool::default(),
                 next_iova: DMA_BASE,
-                ..Allocator::default()
             }),
             eventfds,
         })
@@ -643,17 +595,17 @@ impl VfioUserDevice {
 
     /// Bytes of memfd-backed DMA memory mapped to the server.
     pub fn dma_memory_mapped(&self) -> u64 {
-        lock(&self.allocator).mapped
+        lock(&self.allocator).pool.mapped
     }
 
     /// Driver DMA buffers currently allocated.
     pub fn dma_buffers_in_use(&self) -> usize {
-        lock(&self.allocator).allocations.len()
+        lock(&self.allocator).pool.buffers_in_use()
     }
 
     /// Application buffers currently registered.
     pub fn user_registrations_in_use(&self) -> usize {
-        lock(&self.allocator).registrations.len()
+        lock(&self.allocator).pool.registrations_in_use()
     }
 
     fn region_read(&self, region: u32, offset: u64, out: &mut [u8]) -> bool {
@@ -752,7 +704,7 @@ impl VfioUserDevice {
     /// DMA_MAPs it. Called with the allocator locked.
     fn grow(&self, allocator: &mut Allocator, size: u64) -> Result<(), AccessError> {
         let length = size.next_multiple_of(ARENA_SIZE);
-        if allocator.mapped + length > MAX_DMA_MEMORY {
+        if allocator.pool.mapped + length > MAX_DMA_MEMORY {
             return Err(AccessError::OutOfMemory {
                 size: size as usize,
                 align: PAGE as usize,
@@ -775,8 +727,8 @@ impl VfioUserDevice {
         // Our descriptor can go: the server has its own, and the mapping keeps the file.
         drop(fd);
         allocator.next_iova = (iova + length + ARENA_GAP).next_multiple_of(ARENA_GAP);
-        allocator.mapped += length;
-        allocator.give_back(iova, length);
+        allocator.pool.mapped += length;
+        allocator.pool.space.give_back(iova, length);
         self.arenas
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -786,11 +738,11 @@ impl VfioUserDevice {
 
     /// Takes `size` bytes aligned to `align` from the arenas, growing them if needed.
     fn carve(&self, allocator: &mut Allocator, size: u64, align: u64) -> Result<u64, AccessError> {
-        if let Some(address) = allocator.take(size, align) {
+        if let Some(address) = allocator.pool.space.take(size, align) {
             return Ok(address);
         }
         self.grow(allocator, size + align)?;
-        allocator.take(size, align).ok_or(AccessError::OutOfMemory {
+        allocator.pool.space.take(size, align).ok_or(AccessError::OutOfMemory {
             size: size as usize,
             align: align as usize,
         })
@@ -853,35 +805,20 @@ impl DeviceAccess for VfioUserDevice {
     }
 
     fn allocate_dma(&self, size: usize, align: usize) -> Result<DmaBuffer, AccessError> {
-        if size == 0 {
-            return Err(AccessError::InvalidRequest {
-                reason: "a DMA buffer of 0 bytes".into(),
-            });
-        }
-        if !align.is_power_of_two() || align as u64 > ARENA_SIZE {
-            return Err(AccessError::InvalidRequest {
-                reason: format!("alignment {align} is not a power of two up to the arena size"),
-            });
-        }
-        let align = (align as u64).max(PAGE);
-        let rounded = (size as u64).next_multiple_of(PAGE);
+        let (rounded, align) = check_dma_request(size, align, ARENA_SIZE, &"the arena size")?;
         let mut allocator = lock(&self.allocator);
         let address = self.carve(&mut allocator, rounded, align)?;
         // Freed memory is reused: hand it out zeroed, as the trait promises.
         if let Err(error) = self.with_arena(address, rounded as usize, |map, at| map.zero(at, rounded as usize)) {
-            allocator.give_back(address, rounded);
+            allocator.pool.space.give_back(address, rounded);
             return Err(error);
         }
-        let token = allocator.token();
-        allocator.allocations.insert(token, (address, rounded));
-        Ok(DmaBuffer::new(address, size, token))
+        Ok(allocator.pool.record_buffer(address, rounded, size))
     }
 
     fn free_dma(&self, buffer: DmaBuffer) {
-        let mut allocator = lock(&self.allocator);
-        match allocator.allocations.remove(&buffer.token()) {
-            Some((address, size)) => allocator.give_back(address, size),
-            None => tracing::error!(target: "rnic_verbs::vfio_user", ?buffer, "free_dma of an unknown buffer"),
+        if !lock(&self.allocator).pool.release_buffer(&buffer) {
+            tracing::error!(target: "rnic_verbs::vfio_user", ?buffer, "free_dma of an unknown buffer");
         }
     }
 
@@ -904,35 +841,33 @@ impl DeviceAccess for VfioUserDevice {
         let length = bytes.len();
         let size = (length as u64).next_multiple_of(PAGE);
         let mut allocator = lock(&self.allocator);
+        // One run inside one arena, so the bytes go in (and later out) with one copy.
         let address = self.carve(&mut allocator, size, PAGE)?;
         let copied = self.with_arena(address, size as usize, |map, at| {
             map.write_at(at, &bytes);
             map.zero(at + length, size as usize - length);
         });
         if let Err(error) = copied {
-            allocator.give_back(address, size);
+            allocator.pool.space.give_back(address, size);
             return Err(error);
         }
-        let token = allocator.token();
-        allocator
-            .registrations
-            .insert(token, Registration { address, size, bytes });
-        let pages = (0..size / PAGE).map(|i| address + i * PAGE).collect();
-        Ok(UserMemory::new(pages, length, token))
+        Ok(allocator.pool.record_registration(vec![(address, size)], bytes))
     }
 
     fn unregister_user_memory(&self, memory: UserMemory) -> Vec<u8> {
         let mut allocator = lock(&self.allocator);
-        let Some(mut registration) = allocator.registrations.remove(&memory.token()) else {
+        let Some(mut registration) = allocator.pool.take_registration(&memory) else {
             tracing::error!(target: "rnic_verbs::vfio_user", ?memory, "unregister of an unknown application buffer");
             return Vec::new();
         };
         // The arena pages hold what the device wrote: copy them back into the
-        // application's own Vec.
-        let _ = self.with_arena(registration.address, registration.bytes.len(), |map, at| {
-            map.read_at(at, &mut registration.bytes)
-        });
-        allocator.give_back(registration.address, registration.size);
+        // application's own Vec (one run, see `register_user_memory`).
+        if let Some(&(address, _)) = registration.runs.first() {
+            let _ = self.with_arena(address, registration.bytes.len(), |map, at| {
+                map.read_at(at, &mut registration.bytes)
+            });
+        }
+        allocator.pool.release_runs(&registration.runs);
         registration.bytes
     }
 
@@ -1036,20 +971,6 @@ pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn allocator_aligns_splits_and_coalesces() {
-        let mut allocator = Allocator::default();
-        allocator.give_back(0x10000, 0x10000);
-        let a = allocator.take(0x1000, 0x1000).unwrap();
-        let b = allocator.take(0x2000, 0x4000).unwrap();
-        assert_eq!((a, b), (0x10000, 0x14000));
-        assert_eq!(allocator.take(0x10000, 0x1000), None);
-        allocator.give_back(a, 0x1000);
-        allocator.give_back(b, 0x2000);
-        assert_eq!(allocator.free.len(), 1, "{:?}", allocator.free);
-        assert_eq!(allocator.take(0x10000, 0x1000), Some(0x10000));
-    }
 
     #[test]
     fn json_numbers_and_macs_parse() {
