@@ -20,7 +20,31 @@ pub use pci::{PciDevice, PciOptions, PciSelector};
 pub use rnic_hw_model::fabric::{CapturedFrame, DeviceId, FabricConfig, FabricStatistics, FaultPlan};
 pub use vfio_user::{VfioUserDevice, VfioUserOptions};
 
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
 use crate::device_access::{AccessError, DeviceAccess};
+
+/// Locks `mutex`, poisoned or not: the backends' state (sockets, DMA bookkeeping) is not
+/// left half-updated by a panic in a way that matters more than the panic itself.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// [`DeviceAccess::delay`] on the wall clock, for the backends whose device runs in real
+/// time: sleeps, except that waits shorter than the timer slack (~50 µs), which a sleep
+/// would overshoot by far, are spun (yielding the CPU).
+fn wall_clock_delay(nanoseconds: u64) {
+    let wait = Duration::from_nanos(nanoseconds);
+    if wait >= Duration::from_micros(100) {
+        std::thread::sleep(wait);
+        return;
+    }
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+}
 
 /// Opens a device from a device string:
 ///

@@ -63,13 +63,14 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use rnic_firmware_if::{pci, regs};
 use rnic_os::{MappedRegion, PageMap, PageSize, Protection};
 
 use super::dma_pool::{check_dma_request, DmaPool, Registration};
+use super::{lock, wall_clock_delay};
 use crate::device_access::{AccessError, DeviceAccess, DmaBuffer, UserMemory, USER_PAGE_SIZE};
 
 /// Where Linux lists PCI functions.
@@ -344,12 +345,6 @@ impl ChunkSource for HugePages {
         }
         Ok((map, first))
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing guarded here is left half-updated by a panic in a way that matters more
-    // than the panic itself.
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// An rnic PCI function driven from user space through sysfs. See the module
@@ -854,16 +849,7 @@ impl DeviceAccess for PciDevice {
     }
 
     fn delay(&self, nanoseconds: u64) {
-        let wait = Duration::from_nanos(nanoseconds);
-        // Sleeps shorter than the timer slack (~50 µs) oversleep by far: spin those.
-        if wait >= Duration::from_micros(100) {
-            std::thread::sleep(wait);
-            return;
-        }
-        let deadline = Instant::now() + wait;
-        while Instant::now() < deadline {
-            std::thread::yield_now();
-        }
+        wall_clock_delay(nanoseconds);
     }
 
     fn poll_interrupts(&self) -> Vec<u16> {

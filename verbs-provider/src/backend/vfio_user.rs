@@ -45,12 +45,13 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use rnic_firmware_if::regs;
 
 use super::dma_pool::{check_dma_request, DmaPool};
+use super::{lock, wall_clock_delay};
 use crate::device_access::{AccessError, DeviceAccess, DmaBuffer, UserMemory, USER_PAGE_SIZE};
 use rnic_os::{self as os, MappedRegion, Protection};
 
@@ -209,12 +210,6 @@ fn json_u64(json: &str, key: &str) -> Option<u64> {
     let rest = rest.trim_start().strip_prefix(':')?.trim_start();
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits.parse().ok()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing guarded here is left half-updated by a panic in a way that matters more
-    // than the panic itself.
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Connection {
@@ -878,16 +873,7 @@ impl DeviceAccess for VfioUserDevice {
             // queue times out in microseconds rather than tens of milliseconds).
             return;
         }
-        let wait = Duration::from_nanos(nanoseconds);
-        // Sleeps shorter than the timer slack (~50 µs) oversleep by far: spin those.
-        if wait >= Duration::from_micros(100) {
-            std::thread::sleep(wait);
-            return;
-        }
-        let deadline = Instant::now() + wait;
-        while Instant::now() < deadline {
-            std::thread::yield_now();
-        }
+        wall_clock_delay(nanoseconds);
     }
 
     fn poll_interrupts(&self) -> Vec<u16> {
