@@ -131,26 +131,9 @@ impl Device {
         first_bus: Option<u64>,
         buffer: &mut [u8],
     ) -> Result<(), TransferError> {
-        let memory = self.dma_host()?;
-        let mut position = 0usize;
-        // Taken out for the walk, which borrows the device for the accesses.
-        let mut translations = std::mem::take(&mut self.translations);
-        let result = mtt::try_translate_range_cached(
-            &*memory,
-            &mut translations,
-            mtr,
-            offset,
-            first_bus,
-            buffer.len() as u64,
-            |bus, chunk| {
-                let end = position + chunk as usize;
-                self.dma_read(bus, &mut buffer[position..end])?;
-                position = end;
-                Ok::<(), TransferError>(())
-            },
-        );
-        self.translations = translations;
-        result
+        self.for_each_bus_piece(mtr, offset, first_bus, buffer.len(), |device, bus, range| {
+            Ok(device.dma_read(bus, &mut buffer[range])?)
+        })
     }
 
     /// Writes `data` at byte `offset` of the buffer `mtr` describes, starting from bus
@@ -162,6 +145,22 @@ impl Device {
         first_bus: Option<u64>,
         data: &[u8],
     ) -> Result<(), TransferError> {
+        self.for_each_bus_piece(mtr, offset, first_bus, data.len(), |device, bus, range| {
+            Ok(device.dma_write(bus, &data[range])?)
+        })
+    }
+
+    /// Translates `length` bytes at `offset` of the buffer `mtr` describes (through the
+    /// translation cache) and calls `access` with each piece's bus address and its range
+    /// within the transfer.
+    fn for_each_bus_piece(
+        &mut self,
+        mtr: &Mtr,
+        offset: u64,
+        first_bus: Option<u64>,
+        length: usize,
+        mut access: impl FnMut(&mut Self, u64, std::ops::Range<usize>) -> Result<(), TransferError>,
+    ) -> Result<(), TransferError> {
         let memory = self.dma_host()?;
         let mut position = 0usize;
         // Taken out for the walk, which borrows the device for the accesses.
@@ -172,10 +171,10 @@ impl Device {
             mtr,
             offset,
             first_bus,
-            data.len() as u64,
+            length as u64,
             |bus, chunk| {
                 let end = position + chunk as usize;
-                self.dma_write(bus, &data[position..end])?;
+                access(self, bus, position..end)?;
                 position = end;
                 Ok::<(), TransferError>(())
             },
