@@ -47,6 +47,9 @@ impl FaultPlan {
     /// Default of [`FaultPlan::reorder_window`].
     pub const DEFAULT_REORDER_WINDOW: u32 = 3;
 
+    /// Draws [`FaultPlan::decide`] takes per frame, whatever the plan.
+    const DRAWS_PER_FRAME: u64 = 9;
+
     /// A perfect wire: no fault of any kind, default bounds, seed 0.
     pub const fn none() -> Self {
         Self {
@@ -133,6 +136,12 @@ impl FaultPlan {
 
     /// Draws the fate of one frame. Always takes the same number of draws (nine).
     pub(crate) fn decide(&self, rng: &mut FaultRng) -> Decision {
+        if self.is_none() {
+            // The perfect wire: no draw can hit, so only the generator moves on (as nine
+            // draws move it), without drawing; the fabric's usual case.
+            rng.skip(Self::DRAWS_PER_FRAME);
+            return Decision::CLEAN;
+        }
         Decision {
             lost: rng.hit(self.loss),
             duplicated: rng.hit(self.duplicate),
@@ -315,6 +324,21 @@ pub(crate) struct Decision {
     pub extra_delay: Picoseconds,
 }
 
+impl Decision {
+    /// Nothing happens to the frame (what every frame of a plan without faults gets).
+    const CLEAN: Self = Self {
+        lost: false,
+        duplicated: false,
+        reordered: false,
+        corrupted: false,
+        delayed: false,
+        hold_behind: 0,
+        corrupt_choice: 0,
+        corrupt_mask: 1,
+        extra_delay: Picoseconds::ZERO,
+    };
+}
+
 /// SplitMix64: the fabric's one source of randomness. Small, fast, and the same sequence
 /// on every platform.
 #[derive(Debug, Clone)]
@@ -323,6 +347,9 @@ pub struct FaultRng {
 }
 
 impl FaultRng {
+    /// SplitMix64's state increment per draw.
+    const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
     /// A generator seeded with `seed`.
     pub const fn new(seed: u64) -> Self {
         Self { state: seed }
@@ -330,11 +357,17 @@ impl FaultRng {
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.state = self.state.wrapping_add(Self::GAMMA);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// Moves on as `draws` calls of [`FaultRng::next_u64`] would, without computing them
+    /// (each call adds the same constant to the state).
+    pub fn skip(&mut self, draws: u64) {
+        self.state = self.state.wrapping_add(Self::GAMMA.wrapping_mul(draws));
     }
 
     /// A uniform number in `[0, 1)` with 53 bits of precision.

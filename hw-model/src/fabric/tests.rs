@@ -859,3 +859,37 @@ fn real_devices_share_the_fabric_clock() {
     assert_eq!(fabric.device(d).now(), Picoseconds(20 * US));
     assert_eq!(fabric.statistics(), FabricStatistics::default());
 }
+
+#[test]
+fn skipping_draws_leaves_the_generator_where_drawing_them_does() {
+    for draws in [0u64, 1, 9, 1000] {
+        let mut skipped = FaultRng::new(7);
+        let mut drawn = FaultRng::new(7);
+        skipped.skip(draws);
+        for _ in 0..draws {
+            drawn.next_u64();
+        }
+        assert_eq!(skipped.next_u64(), drawn.next_u64(), "after {draws} draws");
+    }
+}
+
+#[test]
+fn a_plan_without_faults_harms_no_frame_and_moves_the_generator_nine_draws() {
+    let mut rng = FaultRng::new(42);
+    let mut reference = FaultRng::new(42);
+    for _ in 0..100 {
+        let fate = FaultPlan::none().decide(&mut rng);
+        assert!(!(fate.lost || fate.duplicated || fate.reordered || fate.corrupted || fate.delayed));
+        for _ in 0..9 {
+            reference.next_u64();
+        }
+    }
+    assert_eq!(rng.next_u64(), reference.next_u64());
+    // A plan with faults draws the same nine per frame.
+    let faulty = FaultPlan::parse("loss=0.5,seed=3").unwrap();
+    let mut rng = FaultRng::new(3);
+    let mut reference = FaultRng::new(3);
+    faulty.decide(&mut rng);
+    reference.skip(9);
+    assert_eq!(rng.next_u64(), reference.next_u64());
+}
