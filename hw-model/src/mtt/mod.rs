@@ -434,6 +434,7 @@ pub fn try_translate_range_from<E: From<MttError>>(
     length: u64,
     f: impl FnMut(u64, u64) -> Result<(), E>,
 ) -> Result<(), E> {
+    mtr.validate()?;
     translate_pieces(mtr, offset, first_bus, length, |o| translate_valid(memory, mtr, o), f)
 }
 
@@ -488,7 +489,18 @@ impl PageKey {
 #[derive(Debug, Default)]
 pub struct TranslationCache {
     pages: FastHashMap<PageKey, u64>,
+    /// MTRs that passed [`Mtr::validate`] (at most [`VALID_MTRS`], replaced in turn).
+    /// Validity depends on nothing but the MTR itself, so a buffer used again (the SQ,
+    /// the CQ, a payload MR: a few per message) is not validated again; this is why these
+    /// are kept when the pages are cleared. On the heap: the DMA path moves the cache out
+    /// of the device and back for every access.
+    valid: Vec<Mtr>,
+    /// The entry of `valid` the next newly validated MTR replaces once it is full.
+    next_valid: usize,
 }
+
+/// MTRs a [`TranslationCache`] remembers as valid.
+const VALID_MTRS: usize = 16;
 
 impl TranslationCache {
     /// Forgets every page.
@@ -506,11 +518,27 @@ impl TranslationCache {
         self.pages.is_empty()
     }
 
+    /// [`Mtr::validate`], answered from the MTRs remembered as valid.
+    fn validate(&mut self, mtr: &Mtr) -> Result<(), MttError> {
+        if self.valid.iter().any(|valid| valid == mtr) {
+            return Ok(());
+        }
+        mtr.validate()?;
+        if self.valid.len() < VALID_MTRS {
+            self.valid.push(*mtr);
+        } else {
+            self.valid[self.next_valid] = *mtr;
+            self.next_valid = (self.next_valid + 1) % VALID_MTRS;
+        }
+        Ok(())
+    }
+
     /// [`translate`], answering from the pages remembered and remembering the page a
     /// successful walk finds.
     pub fn translate(&mut self, memory: &dyn HostMemory, mtr: &Mtr, offset: u64) -> Result<u64, MttError> {
         if mtr.is_direct() {
-            return translate(memory, mtr, offset);
+            self.validate(mtr)?;
+            return translate_valid(memory, mtr, offset);
         }
         let page = offset >> mtr.buffer_page_shift.min(63);
         let in_page = offset & (mtr.page_size() - 1);
@@ -518,7 +546,8 @@ impl TranslationCache {
         if let Some(&base) = self.pages.get(&key) {
             return Ok(base + in_page);
         }
-        let address = translate(memory, mtr, offset)?;
+        self.validate(mtr)?;
+        let address = translate_valid(memory, mtr, offset)?;
         // When full, new pages are simply not remembered (a stream over a large region
         // would only churn the cache) until the owner next clears it.
         if self.pages.len() < TRANSLATION_CACHE_CAPACITY {
@@ -539,11 +568,13 @@ pub fn try_translate_range_cached<E: From<MttError>>(
     length: u64,
     f: impl FnMut(u64, u64) -> Result<(), E>,
 ) -> Result<(), E> {
+    cache.validate(mtr)?;
     translate_pieces(mtr, offset, first_bus, length, |o| cache.translate(memory, mtr, o), f)
 }
 
-/// Validates `mtr`, checks the range, then calls `f` for each piece split at page
-/// boundaries, with the address `translate` gives (or `first_bus` for the first piece).
+/// For an `mtr` that passed [`Mtr::validate`]: checks the range, then calls `f` for each
+/// piece split at page boundaries, with the address `translate` gives (or `first_bus` for
+/// the first piece).
 fn translate_pieces<E: From<MttError>>(
     mtr: &Mtr,
     offset: u64,
@@ -552,7 +583,6 @@ fn translate_pieces<E: From<MttError>>(
     mut translate: impl FnMut(u64) -> Result<u64, MttError>,
     mut f: impl FnMut(u64, u64) -> Result<(), E>,
 ) -> Result<(), E> {
-    mtr.validate()?;
     if length == 0 {
         return Ok(());
     }

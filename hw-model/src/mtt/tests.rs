@@ -346,6 +346,46 @@ fn the_translation_cache_walks_once_per_page_until_cleared() {
 }
 
 #[test]
+fn the_translation_cache_answers_for_every_mtr_as_the_uncached_walk_does() {
+    // Validity is remembered per MTR: an invalid MTR is refused every time, also next to
+    // valid ones, and more MTRs than are remembered as valid all still translate.
+    let (memory, mtr) = small_hop2();
+    let mut cache = TranslationCache::default();
+    let bad_shift = Mtr::single(0x1000, 12, 11, 1, 1);
+    let bad_hop = Mtr::single(0x1000, 12, 12, 1, 4);
+    let directs: Vec<Mtr> = (0..2 * VALID_MTRS as u64)
+        .map(|i| Mtr::single(0x200_0000 + i * 0x1_0000, 12, 12, 4, 0))
+        .collect();
+    for _ in 0..3 {
+        for candidate in [&mtr, &bad_shift, &bad_hop].into_iter().chain(&directs) {
+            for offset in [0, 0x1234, 0x4000] {
+                assert_eq!(
+                    cache.translate(&memory, candidate, offset),
+                    translate(&memory, candidate, offset),
+                    "{candidate:?} at {offset:#x}"
+                );
+                let mut cached = Vec::new();
+                let cached_result =
+                    try_translate_range_cached(&memory, &mut cache, candidate, offset, None, 0x20, |a, l| {
+                        cached.push((a, l));
+                        Ok::<(), MttError>(())
+                    });
+                let mut walked = Vec::new();
+                let walked_result = try_translate_range(&memory, candidate, offset, 0x20, |a, l| {
+                    walked.push((a, l));
+                    Ok::<(), MttError>(())
+                });
+                assert_eq!(
+                    (cached_result, cached),
+                    (walked_result, walked),
+                    "{candidate:?} at {offset:#x}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn the_translation_cache_stays_bounded() {
     // Direct mode is never cached; a hop-1 MTR of many pages fills the cache, which then
     // stops remembering new pages but still translates them.
