@@ -54,11 +54,40 @@ impl std::fmt::Display for Picoseconds {
     }
 }
 
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug)]
 struct Entry<E: Ord> {
     at: Picoseconds,
     sequence: u64,
     event: E,
+}
+
+impl<E: Ord> Entry<E> {
+    /// The order key: time, then scheduling order. Sequences are unique within a
+    /// scheduler, so the key alone orders entries and the event is never compared (the
+    /// heap's comparisons then touch two words, not a chain that ends in the event).
+    fn key(&self) -> u128 {
+        (u128::from(self.at.0) << 64) | u128::from(self.sequence)
+    }
+}
+
+impl<E: Ord> PartialEq for Entry<E> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl<E: Ord> Eq for Entry<E> {}
+
+impl<E: Ord> PartialOrd for Entry<E> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<E: Ord> Ord for Entry<E> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
 }
 
 /// A queue of events ordered by time, then by scheduling order.

@@ -214,9 +214,17 @@ struct InFlight {
     buffer: Vec<u8>,
 }
 
+impl InFlight {
+    /// The order key: arrival, then launch order (sequences are unique), as one number
+    /// the heap compares in one go.
+    fn key(&self) -> u128 {
+        (u128::from(self.arrival.0) << 64) | u128::from(self.sequence)
+    }
+}
+
 impl PartialEq for InFlight {
     fn eq(&self, other: &Self) -> bool {
-        (self.arrival, self.sequence) == (other.arrival, other.sequence)
+        self.key() == other.key()
     }
 }
 
@@ -230,7 +238,7 @@ impl PartialOrd for InFlight {
 
 impl Ord for InFlight {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.arrival, self.sequence).cmp(&(other.arrival, other.sequence))
+        self.key().cmp(&other.key())
     }
 }
 
