@@ -291,6 +291,82 @@ fn virtual_mode_json_is_deterministic_apart_from_wall_time() {
     }
 }
 
+/// Reference runs whose virtual-time results are recorded here, to the bit: the JSON of
+/// `rnic-bench` up to `wall_time_s`. They were recorded on 2026-11-30 and held through two
+/// optimisation rounds of the emulator's own speed, which must not move them. A change to
+/// the timing model or the transport that does move them updates these strings on
+/// purpose, and its commit says why.
+#[test]
+fn recorded_reference_runs_keep_their_virtual_results() {
+    let bench = env!("CARGO_BIN_EXE_rnic-bench");
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "write", "--size", "1048576", "--iters", "20", "--mode", "virtual", "--json",
+            ],
+            concat!(
+                r#"{"op":"write","size":1048576,"iters":20,"qps":1,"mtu":4096,"messages_ok":20,"#,
+                r#""messages_failed":0,"bytes_verified":0,"retransmissions":0,"frames":5440,"#,
+                r#""frames_dropped":0,"frames_duplicated":0,"frames_reordered":0,"#,
+                r#""frames_corrupted":0,"mode":"virtual","preset":"hns-100g","test":"bw","#,
+                r#""bw_gbps":97.147891,"bw_peak_gbps":97.147891,"msg_rate_mpps":0.011581,"#,
+                r#""lat_us":{"min":94.830850,"p50":868.617730,"p99":1384.475650,"max":1384.475650},"#,
+                r#""mtt_misses":8192,"sim_time_ps":1726976866"#,
+            ),
+        ),
+        (
+            &[
+                "mixed",
+                "--size",
+                "6000",
+                "--iters",
+                "40",
+                "--qps",
+                "3",
+                "--mtu",
+                "1024",
+                "--faults",
+                "loss=0.02,dup=0.01,reorder=0.01,seed=11",
+                "--verify",
+                "--json",
+                "--mode",
+                "virtual",
+            ],
+            concat!(
+                r#"{"op":"mixed","size":6000,"iters":40,"qps":3,"mtu":1024,"messages_ok":120,"#,
+                r#""messages_failed":0,"bytes_verified":540240,"retransmissions":461,"frames":1419,"#,
+                r#""frames_dropped":25,"frames_duplicated":8,"frames_reordered":14,"#,
+                r#""frames_corrupted":0,"mode":"virtual","preset":"hns-100g","test":"bw","#,
+                r#""bw_gbps":5.172829,"bw_peak_gbps":5.172829,"msg_rate_mpps":0.107767,"#,
+                r#""lat_us":{"min":9.710456,"p50":28.896126,"p99":1080.435430,"max":1081.404530},"#,
+                r#""mtt_misses":136,"sim_time_ps":1104231366"#,
+            ),
+        ),
+        (
+            &[
+                "read", "--size", "4096", "--iters", "300", "--mode", "virtual", "--json",
+            ],
+            concat!(
+                r#"{"op":"read","size":4096,"iters":300,"qps":1,"mtu":4096,"messages_ok":300,"#,
+                r#""messages_failed":0,"bytes_verified":0,"retransmissions":0,"frames":600,"#,
+                r#""frames_dropped":0,"frames_duplicated":0,"frames_reordered":0,"#,
+                r#""frames_corrupted":0,"mode":"virtual","preset":"hns-100g","test":"bw","#,
+                r#""bw_gbps":88.394364,"bw_peak_gbps":93.966472,"msg_rate_mpps":2.697582,"#,
+                r#""lat_us":{"min":5.579522,"p50":5.579522,"p99":11.115474,"max":12.123954},"#,
+                r#""mtt_misses":32,"sim_time_ps":111210710"#,
+            ),
+        ),
+    ];
+    for (args, recorded) in cases {
+        let output = std::process::Command::new(bench).args(args).output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let text = String::from_utf8(output.stdout).unwrap();
+        let json = text.lines().last().unwrap();
+        let cut = json.find(",\"wall_time_s\"").expect("wall_time_s in the JSON");
+        assert_eq!(&json[..cut], recorded, "rnic-bench {}", args.join(" "));
+    }
+}
+
 #[test]
 fn a_thousand_qps_share_the_link_fairly() {
     let params = TimingParams::preset("hns-100g").unwrap();
