@@ -167,24 +167,13 @@ impl Device {
         } else {
             wire::udp_source_port(path.flow_label, local_qpn, remote_qpn)
         };
-        Ok(RoceRepr {
-            ethernet: EthernetRepr {
-                destination: path.dmac,
-                source: smac,
-                vlan,
-                ethertype,
-            },
-            ip,
-            udp_source_port,
-            bth,
-            reth: None,
-            aeth: None,
-            atomic_eth: None,
-            atomic_ack: None,
-            immediate: None,
-            invalidate_rkey: None,
-            deth: None,
-        })
+        let ethernet = EthernetRepr {
+            destination: path.dmac,
+            source: smac,
+            vlan,
+            ethertype,
+        };
+        Ok(RoceRepr::new(ethernet, ip, udp_source_port, bth))
     }
 
     /// Whether `mac` is one of this port's MAC addresses (SMAC table).
