@@ -22,7 +22,7 @@ use crate::device::Device;
 use crate::diagnostics::Source;
 use crate::mpt::{MrAccess, MrAccessError};
 use crate::time::Picoseconds;
-use crate::wire::{self, AethRepr, IpRepr, ParsedFrame, RoceRepr};
+use crate::wire::{self, AethRepr, IpRepr, ParsedFrame, RethRepr, RoceRepr};
 
 use super::dma::{SgeCursor, TransferError};
 use super::op;
@@ -549,25 +549,7 @@ impl Device {
             let Some(reth) = repr.reth else {
                 return Err(Fault::Invalid("a RETH on RDMA WRITE FIRST/ONLY".into()));
             };
-            if !config.remote_write {
-                return Err(Fault::Access(MrAccessError::Access {
-                    key: reth.rkey,
-                    needed: MrAccess::REMOTE_WRITE,
-                }));
-            }
-            if reth.dma_length > MAX_MESSAGE {
-                return Err(Fault::Invalid("a RETH DMA length of at most 2^31".into()));
-            }
-            if reth.dma_length > 0 {
-                self.check_memory_access(
-                    reth.rkey,
-                    config.pd,
-                    reth.virtual_address,
-                    u64::from(reth.dma_length),
-                    MrAccess::REMOTE_WRITE,
-                )
-                .map_err(Fault::Access)?;
-            }
+            self.check_reth(&reth, config.pd, config.remote_write, MrAccess::REMOTE_WRITE)?;
             inbound = Inbound {
                 kind: InboundKind::Write,
                 va: reth.virtual_address,
@@ -654,25 +636,7 @@ impl Device {
         let Some(reth) = repr.reth else {
             return Err(Fault::Invalid("a RETH on an RDMA READ request".into()));
         };
-        if !config.remote_read {
-            return Err(Fault::Access(MrAccessError::Access {
-                key: reth.rkey,
-                needed: MrAccess::REMOTE_READ,
-            }));
-        }
-        if reth.dma_length > MAX_MESSAGE {
-            return Err(Fault::Invalid("a RETH DMA length of at most 2^31".into()));
-        }
-        if reth.dma_length > 0 {
-            self.check_memory_access(
-                reth.rkey,
-                config.pd,
-                reth.virtual_address,
-                u64::from(reth.dma_length),
-                MrAccess::REMOTE_READ,
-            )
-            .map_err(Fault::Access)?;
-        }
+        self.check_reth(&reth, config.pd, config.remote_read, MrAccess::REMOTE_READ)?;
         self.reserve_responder_resource(qpn)?;
         let psn = repr.bth.psn;
         let packets = packet_count(reth.dma_length, config.mtu);
@@ -776,6 +740,23 @@ impl Device {
             message_end: false,
             answered: true,
         })
+    }
+
+    /// Checks the RETH of a WRITE FIRST/ONLY or READ request before any byte moves: the QP
+    /// allows the remote access (`permitted`), the length fits a message, and the whole
+    /// target range lies in a region of the QP's PD with the `needed` right.
+    fn check_reth(&mut self, reth: &RethRepr, pd: u32, permitted: bool, needed: MrAccess) -> Result<(), Fault> {
+        if !permitted {
+            return Err(Fault::Access(MrAccessError::Access { key: reth.rkey, needed }));
+        }
+        if reth.dma_length > MAX_MESSAGE {
+            return Err(Fault::Invalid("a RETH DMA length of at most 2^31".into()));
+        }
+        if reth.dma_length > 0 {
+            self.check_memory_access(reth.rkey, pd, reth.virtual_address, u64::from(reth.dma_length), needed)
+                .map_err(Fault::Access)?;
+        }
+        Ok(())
     }
 
     /// Refuses a READ/atomic beyond the responder resources (RR_MAX) still being answered.
