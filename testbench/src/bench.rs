@@ -21,8 +21,8 @@ use rnic_hw_model::DeviceConfig;
 use rnic_verbs::backend::{EmbeddedConfig, EmbeddedDevice, EmbeddedFabric};
 use rnic_verbs::{
     AccessFlags, AhAttributes, AtomicFields, CompletionQueue, Context, MemoryRegion, Mtu, ProtectionDomain,
-    QpAttributeMask, QpAttributes, QpCapabilities, QpInitAttributes, QpState, QpType, QueuePair, RdmaFields,
-    RecvWorkRequest, SendFlags, SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
+    QpCapabilities, QpInitAttributes, QpType, QueuePair, RcConnection, RdmaFields, RecvWorkRequest, SendFlags,
+    SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// Messages a pair keeps outstanding.
@@ -513,59 +513,26 @@ fn mtu_from_bytes(bytes: u32) -> Result<Mtu, BenchError> {
 }
 
 fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu) -> Result<(), BenchError> {
-    let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: access,
-            ..QpAttributes::default()
+    qp.connect_rc(&RcConnection {
+        path_mtu: mtu,
+        dest_qp_num: remote.qp_num(),
+        rq_psn: 0,
+        sq_psn: 0,
+        ah_attr: AhAttributes {
+            dgid: remote_side.context.query_gid(1, 0)?,
+            dmac: remote_side.context.mac_address(),
+            hop_limit: 64,
+            ..AhAttributes::default()
         },
-        QpAttributeMask::STATE | QpAttributeMask::PKEY_INDEX | QpAttributeMask::PORT | QpAttributeMask::ACCESS_FLAGS,
-    )?;
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rtr,
-            path_mtu: mtu,
-            dest_qp_num: remote.qp_num(),
-            rq_psn: 0,
-            max_dest_rd_atomic: 16,
-            min_rnr_timer: 1,
-            ah_attr: AhAttributes {
-                dgid: remote_side.context.query_gid(1, 0)?,
-                dmac: remote_side.context.mac_address(),
-                hop_limit: 64,
-                ..AhAttributes::default()
-            },
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE
-            | QpAttributeMask::AV
-            | QpAttributeMask::PATH_MTU
-            | QpAttributeMask::DEST_QPN
-            | QpAttributeMask::RQ_PSN
-            | QpAttributeMask::MAX_DEST_RD_ATOMIC
-            | QpAttributeMask::MIN_RNR_TIMER,
-    )?;
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rts,
-            sq_psn: 0,
-            // 4.096 µs × 2^8 ≈ 1 ms: long against the fabric's microsecond round trip,
-            // short enough that a lost tail packet costs little virtual time.
-            timeout: 8,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 16,
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE
-            | QpAttributeMask::SQ_PSN
-            | QpAttributeMask::TIMEOUT
-            | QpAttributeMask::RETRY_CNT
-            | QpAttributeMask::RNR_RETRY
-            | QpAttributeMask::MAX_QP_RD_ATOMIC,
-    )?;
+        max_dest_rd_atomic: 16,
+        min_rnr_timer: 1,
+        max_rd_atomic: 16,
+        // 4.096 µs × 2^8 ≈ 1 ms: long against the fabric's microsecond round trip,
+        // short enough that a lost tail packet costs little virtual time.
+        timeout: 8,
+        retry_cnt: 7,
+        rnr_retry: 7,
+    })?;
     Ok(())
 }
 

@@ -69,7 +69,8 @@ use rnic_verbs::driver::DriverConfig;
 use rnic_verbs::{
     AccessFlags, AddressHandle, AhAttributes, AtomicFields, CompletionQueue, Context, Gid, MemoryRegion, Mtu,
     ProtectionDomain, QpAttributeMask, QpAttributes, QpCapabilities, QpInitAttributes, QpState, QpType, QueuePair,
-    RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, UdFields, WcStatus, WorkCompletion, WrOpcode,
+    RcConnection, RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, UdFields, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 
 use crate::bench::{fill_pattern, BenchConfig, BenchReport, Operation, WINDOW};
@@ -478,15 +479,7 @@ pub(crate) fn connect_rc(
 
 /// RESET → INIT for an RC QP, remote access allowed (receives may be posted from here on).
 pub(crate) fn init_rc(qp: &QueuePair) -> Result<()> {
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE | QpAttributeMask::PKEY_INDEX | QpAttributeMask::PORT | QpAttributeMask::ACCESS_FLAGS,
-    )?;
+    qp.init_rc()?;
     Ok(())
 }
 
@@ -500,48 +493,25 @@ pub(crate) fn rtr_rts_rc(
     dmac: [u8; 6],
     path: &RcPath,
 ) -> Result<()> {
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rtr,
-            path_mtu: path.mtu,
-            dest_qp_num: dest_qpn,
-            rq_psn: dest_psn,
-            max_dest_rd_atomic: path.max_dest_rd_atomic,
-            min_rnr_timer: path.min_rnr_timer,
-            ah_attr: AhAttributes {
-                dgid,
-                dmac,
-                sgid_index: path.sgid_index,
-                hop_limit: path.hop_limit,
-                ..AhAttributes::default()
-            },
-            ..QpAttributes::default()
+    qp.rtr_rts_rc(&RcConnection {
+        path_mtu: path.mtu,
+        dest_qp_num: dest_qpn,
+        rq_psn: dest_psn,
+        sq_psn: local_psn,
+        ah_attr: AhAttributes {
+            dgid,
+            dmac,
+            sgid_index: path.sgid_index,
+            hop_limit: path.hop_limit,
+            ..AhAttributes::default()
         },
-        QpAttributeMask::STATE
-            | QpAttributeMask::AV
-            | QpAttributeMask::PATH_MTU
-            | QpAttributeMask::DEST_QPN
-            | QpAttributeMask::RQ_PSN
-            | QpAttributeMask::MAX_DEST_RD_ATOMIC
-            | QpAttributeMask::MIN_RNR_TIMER,
-    )?;
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rts,
-            sq_psn: local_psn,
-            timeout: path.timeout,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: path.max_rd_atomic,
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE
-            | QpAttributeMask::SQ_PSN
-            | QpAttributeMask::TIMEOUT
-            | QpAttributeMask::RETRY_CNT
-            | QpAttributeMask::RNR_RETRY
-            | QpAttributeMask::MAX_QP_RD_ATOMIC,
-    )?;
+        max_dest_rd_atomic: path.max_dest_rd_atomic,
+        min_rnr_timer: path.min_rnr_timer,
+        max_rd_atomic: path.max_rd_atomic,
+        timeout: path.timeout,
+        retry_cnt: 7,
+        rnr_retry: 7,
+    })?;
     Ok(())
 }
 

@@ -15,9 +15,8 @@ use crate::backend::{EmbeddedConfig, EmbeddedDevice, EmbeddedFabric, FabricStati
 use crate::device_access::DeviceAccess;
 use crate::verbs::{
     AccessFlags, AhAttributes, AtomicFields, CompletionQueue, Context, Gid, MemoryRegion, Mtu, ProtectionDomain,
-    QpAttributeMask, QpAttributes, QpCapabilities, QpInitAttributes, QpState, QpType, QueuePair, RdmaFields,
-    RecvWorkRequest, Result, SendFlags, SendWorkRequest, Sge, SharedReceiveQueue, SrqAttributes, VerbsError, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    QpCapabilities, QpInitAttributes, QpType, QueuePair, RcConnection, RdmaFields, RecvWorkRequest, Result, SendFlags,
+    SendWorkRequest, Sge, SharedReceiveQueue, SrqAttributes, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// MAC addresses of the two demo NICs (locally administered).
@@ -117,62 +116,25 @@ impl DemoNic {
     /// # Errors
     /// Any verb failure.
     pub fn connect_to(&self, remote: &DemoNic) -> Result<()> {
-        let qp = &self.qp;
-        qp.modify(
-            &QpAttributes {
-                qp_state: QpState::Init,
-                pkey_index: 0,
-                port_num: 1,
-                qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-                ..QpAttributes::default()
+        self.qp.connect_rc(&RcConnection {
+            path_mtu: Mtu::Mtu4096,
+            dest_qp_num: remote.qp.qp_num(),
+            rq_psn: 0,
+            sq_psn: 0,
+            ah_attr: AhAttributes {
+                dgid: remote.gid()?,
+                sgid_index: 0,
+                hop_limit: 64,
+                dmac: remote.context.mac_address(),
+                ..AhAttributes::default()
             },
-            QpAttributeMask::STATE
-                | QpAttributeMask::PKEY_INDEX
-                | QpAttributeMask::PORT
-                | QpAttributeMask::ACCESS_FLAGS,
-        )?;
-        qp.modify(
-            &QpAttributes {
-                qp_state: QpState::Rtr,
-                path_mtu: Mtu::Mtu4096,
-                dest_qp_num: remote.qp.qp_num(),
-                rq_psn: 0,
-                max_dest_rd_atomic: 16,
-                min_rnr_timer: 12,
-                ah_attr: AhAttributes {
-                    dgid: remote.gid()?,
-                    sgid_index: 0,
-                    hop_limit: 64,
-                    dmac: remote.context.mac_address(),
-                    ..AhAttributes::default()
-                },
-                ..QpAttributes::default()
-            },
-            QpAttributeMask::STATE
-                | QpAttributeMask::AV
-                | QpAttributeMask::PATH_MTU
-                | QpAttributeMask::DEST_QPN
-                | QpAttributeMask::RQ_PSN
-                | QpAttributeMask::MAX_DEST_RD_ATOMIC
-                | QpAttributeMask::MIN_RNR_TIMER,
-        )?;
-        qp.modify(
-            &QpAttributes {
-                qp_state: QpState::Rts,
-                sq_psn: 0,
-                timeout: 14,
-                retry_cnt: 7,
-                rnr_retry: 7,
-                max_rd_atomic: 16,
-                ..QpAttributes::default()
-            },
-            QpAttributeMask::STATE
-                | QpAttributeMask::SQ_PSN
-                | QpAttributeMask::TIMEOUT
-                | QpAttributeMask::RETRY_CNT
-                | QpAttributeMask::RNR_RETRY
-                | QpAttributeMask::MAX_QP_RD_ATOMIC,
-        )
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        })
     }
 
     /// A readable description of the NIC and its objects, QP attributes read back from

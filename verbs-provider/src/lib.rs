@@ -60,7 +60,7 @@ pub use verbs::{
     CompletionChannel, CompletionQueue, Context, CqAttributes, CqEvent, DestroyError, DeviceAttributes,
     DeviceCapabilityFlags, Gid, LinkLayer, MemoryRegion, Mtu, ObjectCounts, PortAttributes, PortState,
     ProtectionDomain, QpAttributeMask, QpAttributes, QpBufferInfo, QpCapabilities, QpInitAttributes, QpState, QpType,
-    QueuePair, Result, SharedReceiveQueue, SrqAttributeMask, SrqAttributes, VerbsError,
+    QueuePair, RcConnection, Result, SharedReceiveQueue, SrqAttributeMask, SrqAttributes, VerbsError,
 };
 pub use verbs::{
     AtomicFields, PostError, PostErrorKind, RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, UdFields,

@@ -46,6 +46,7 @@ pub use mr::{AccessFlags, MemoryRegion};
 pub use pd::ProtectionDomain;
 pub use qp::{
     QpAttributeMask, QpAttributes, QpBufferInfo, QpCapabilities, QpInitAttributes, QpState, QpType, QueuePair,
+    RcConnection,
 };
 pub use rnic_firmware_if::context::Mtu;
 pub use srq::{SharedReceiveQueue, SrqAttributeMask, SrqAttributes};

@@ -282,6 +282,36 @@ impl Default for QpAttributes {
     }
 }
 
+/// The values of an RC connection that differ from one caller to the next, for
+/// [`QueuePair::connect_rc`] and [`QueuePair::rtr_rts_rc`]. Everything else of the
+/// RESET→INIT→RTR→RTS sequence (port 1, P_Key index 0, remote write/read/atomic access,
+/// and which attributes each step's mask names) is fixed by those methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcConnection {
+    /// Path MTU (RTR).
+    pub path_mtu: Mtu,
+    /// The remote QP number (RTR).
+    pub dest_qp_num: u32,
+    /// The first PSN expected from the remote side (RTR).
+    pub rq_psn: u32,
+    /// The first PSN this QP sends (RTS).
+    pub sq_psn: u32,
+    /// The primary path: remote GID and MAC, source GID index, hop limit, traffic class (RTR).
+    pub ah_attr: AhAttributes,
+    /// READs and atomics the remote side may have outstanding here (RTR).
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code the remote side is asked to wait (RTR).
+    pub min_rnr_timer: u8,
+    /// READs and atomics this QP keeps outstanding (RTS).
+    pub max_rd_atomic: u8,
+    /// Local ACK timeout exponent, 4.096 µs × 2^timeout (RTS).
+    pub timeout: u8,
+    /// Transport retries, 0..=7 (RTS).
+    pub retry_cnt: u8,
+    /// RNR retries, 0..=7 with 7 infinite (RTS).
+    pub rnr_retry: u8,
+}
+
 /// Where the QP's rings live in its buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpBufferInfo {
@@ -918,6 +948,82 @@ impl QueuePair {
     /// [`MailboxCompletion::InvalidState`](rnic_firmware_if::mailbox::MailboxCompletion::InvalidState)).
     pub fn modify(&self, attr: &QpAttributes, mask: QpAttributeMask) -> Result<()> {
         self.inner.modify(attr, mask)
+    }
+
+    /// RESET → INIT for an RC (or UC) QP: port 1, P_Key index 0, remote write, read and
+    /// atomic access allowed. Receives may be posted from here on, before
+    /// [`QueuePair::rtr_rts_rc`] completes the connection.
+    ///
+    /// # Errors
+    /// As [`QueuePair::modify`].
+    pub fn init_rc(&self) -> Result<()> {
+        self.modify(
+            &QpAttributes {
+                qp_state: QpState::Init,
+                pkey_index: 0,
+                port_num: 1,
+                qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+                ..QpAttributes::default()
+            },
+            QpAttributeMask::STATE
+                | QpAttributeMask::PKEY_INDEX
+                | QpAttributeMask::PORT
+                | QpAttributeMask::ACCESS_FLAGS,
+        )
+    }
+
+    /// INIT → RTR → RTS for an RC QP with the values of `connection` (the second half of
+    /// [`QueuePair::connect_rc`]).
+    ///
+    /// # Errors
+    /// As [`QueuePair::modify`].
+    pub fn rtr_rts_rc(&self, connection: &RcConnection) -> Result<()> {
+        self.modify(
+            &QpAttributes {
+                qp_state: QpState::Rtr,
+                path_mtu: connection.path_mtu,
+                dest_qp_num: connection.dest_qp_num,
+                rq_psn: connection.rq_psn,
+                max_dest_rd_atomic: connection.max_dest_rd_atomic,
+                min_rnr_timer: connection.min_rnr_timer,
+                ah_attr: connection.ah_attr,
+                ..QpAttributes::default()
+            },
+            QpAttributeMask::STATE
+                | QpAttributeMask::AV
+                | QpAttributeMask::PATH_MTU
+                | QpAttributeMask::DEST_QPN
+                | QpAttributeMask::RQ_PSN
+                | QpAttributeMask::MAX_DEST_RD_ATOMIC
+                | QpAttributeMask::MIN_RNR_TIMER,
+        )?;
+        self.modify(
+            &QpAttributes {
+                qp_state: QpState::Rts,
+                sq_psn: connection.sq_psn,
+                timeout: connection.timeout,
+                retry_cnt: connection.retry_cnt,
+                rnr_retry: connection.rnr_retry,
+                max_rd_atomic: connection.max_rd_atomic,
+                ..QpAttributes::default()
+            },
+            QpAttributeMask::STATE
+                | QpAttributeMask::SQ_PSN
+                | QpAttributeMask::TIMEOUT
+                | QpAttributeMask::RETRY_CNT
+                | QpAttributeMask::RNR_RETRY
+                | QpAttributeMask::MAX_QP_RD_ATOMIC,
+        )
+    }
+
+    /// RESET → INIT → RTR → RTS for an RC QP: [`QueuePair::init_rc`], then
+    /// [`QueuePair::rtr_rts_rc`] with `connection`.
+    ///
+    /// # Errors
+    /// As [`QueuePair::modify`]; the QP stays in the state the failing step left it in.
+    pub fn connect_rc(&self, connection: &RcConnection) -> Result<()> {
+        self.init_rc()?;
+        self.rtr_rts_rc(connection)
     }
 
     /// The QP context as the device holds it (`QUERY_QPC`).
