@@ -24,7 +24,7 @@ use super::op;
 use super::path::packet_gids;
 use super::qp_runtime::{psn_add, psn_diff, rnr_delay, INFINITE_RETRY, MAX_UNACKED_PSNS, RETRY_WINDOW_START};
 use super::requester::local_status;
-use super::wqe_fetch::{Payload, WqeKind};
+use super::wqe_fetch::{Payload, SendWqe, WqeKind};
 use super::FailedWqe;
 
 /// Why `acknowledge_through` stopped early.
@@ -312,21 +312,17 @@ impl Device {
             return;
         }
         let mut wqe = front;
-        if !payload.is_empty() {
-            let Payload::Sges(list) = wqe.payload else {
-                return;
-            };
-            if let Err(error) = self.scatter(&list, config.pd, &mut wqe.cursor, offset, payload) {
-                self.diagnose(
-                    Source::Transport,
-                    format!("QP {qpn:#x} SQ WQE {}", wqe.index),
-                    "SGE",
-                    offset,
-                    format!("local buffers the READ may write: {error}"),
-                );
-                self.requester_fatal(qpn, Some(FailedWqe::of(&wqe, local_status(&error))));
-                return;
-            }
+        if !payload.is_empty()
+            && !self.scatter_response(
+                qpn,
+                config.pd,
+                &mut wqe,
+                offset,
+                payload,
+                "local buffers the READ may write",
+            )
+        {
+            return;
         }
         let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
             return;
@@ -372,18 +368,14 @@ impl Device {
             );
             return;
         }
-        let Payload::Sges(list) = wqe.payload else {
-            return;
-        };
-        if let Err(error) = self.scatter(&list, config.pd, &mut wqe.cursor, 0, &original.to_le_bytes()) {
-            self.diagnose(
-                Source::Transport,
-                format!("QP {qpn:#x} SQ WQE {}", wqe.index),
-                "SGE",
-                0,
-                format!("a local buffer the atomic may write: {error}"),
-            );
-            self.requester_fatal(qpn, Some(FailedWqe::of(&wqe, local_status(&error))));
+        if !self.scatter_response(
+            qpn,
+            config.pd,
+            &mut wqe,
+            0,
+            &original.to_le_bytes(),
+            "a local buffer the atomic may write",
+        ) {
             return;
         }
         let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
@@ -394,6 +386,35 @@ impl Device {
         requester.una_psn = psn_add(psn, 1);
         self.requester_progress(qpn);
         self.complete_send(qpn, &FailedWqe::of(&wqe, CqeStatus::Success));
+    }
+
+    /// Scatters response bytes (READ data, an atomic's original value) into `wqe`'s local
+    /// buffers at message offset `offset`. A buffer the WQE may not write ends the QP
+    /// (requester fatal, `expected` in the diagnostic); `false` means drop the response.
+    fn scatter_response(
+        &mut self,
+        qpn: u32,
+        pd: u32,
+        wqe: &mut SendWqe,
+        offset: u64,
+        bytes: &[u8],
+        expected: &str,
+    ) -> bool {
+        let Payload::Sges(list) = wqe.payload else {
+            return false;
+        };
+        let Err(error) = self.scatter(&list, pd, &mut wqe.cursor, offset, bytes) else {
+            return true;
+        };
+        self.diagnose(
+            Source::Transport,
+            format!("QP {qpn:#x} SQ WQE {}", wqe.index),
+            "SGE",
+            offset,
+            format!("{expected}: {error}"),
+        );
+        self.requester_fatal(qpn, Some(FailedWqe::of(wqe, local_status(&error))));
+        false
     }
 
     /// A retry: go back N from the oldest unacknowledged PSN, or give up with
