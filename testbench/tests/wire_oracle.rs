@@ -18,7 +18,8 @@ use rnic_verbs::driver::DriverConfig;
 use rnic_verbs::{
     AccessFlags, AhAttributes, AtomicFields, CompletionQueue, Context, DeviceAccess, MemoryRegion, Mtu,
     ProtectionDomain, QpAttributeMask, QpAttributes, QpCapabilities, QpInitAttributes, QpState, QpType, QueuePair,
-    RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, UdFields, WcStatus, WorkCompletion, WrOpcode,
+    RcConnection, RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, UdFields, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 
 const QKEY: u32 = 0x1111_2222;
@@ -99,58 +100,25 @@ impl Side {
 }
 
 fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side) {
-    let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: access,
-            ..QpAttributes::default()
+    qp.connect_rc(&RcConnection {
+        path_mtu: Mtu::from_bytes(MTU).unwrap(),
+        dest_qp_num: remote.qp_num(),
+        rq_psn: 0,
+        sq_psn: 0,
+        ah_attr: AhAttributes {
+            dgid: remote_side.context.query_gid(1, 0).unwrap(),
+            dmac: remote_side.context.mac_address(),
+            hop_limit: 64,
+            traffic_class: 0x68,
+            ..AhAttributes::default()
         },
-        QpAttributeMask::STATE | QpAttributeMask::PKEY_INDEX | QpAttributeMask::PORT | QpAttributeMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rtr,
-            path_mtu: Mtu::from_bytes(MTU).unwrap(),
-            dest_qp_num: remote.qp_num(),
-            max_dest_rd_atomic: 4,
-            min_rnr_timer: 1,
-            ah_attr: AhAttributes {
-                dgid: remote_side.context.query_gid(1, 0).unwrap(),
-                dmac: remote_side.context.mac_address(),
-                hop_limit: 64,
-                traffic_class: 0x68,
-                ..AhAttributes::default()
-            },
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE
-            | QpAttributeMask::AV
-            | QpAttributeMask::PATH_MTU
-            | QpAttributeMask::DEST_QPN
-            | QpAttributeMask::RQ_PSN
-            | QpAttributeMask::MAX_DEST_RD_ATOMIC
-            | QpAttributeMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rts,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 4,
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE
-            | QpAttributeMask::SQ_PSN
-            | QpAttributeMask::TIMEOUT
-            | QpAttributeMask::RETRY_CNT
-            | QpAttributeMask::RNR_RETRY
-            | QpAttributeMask::MAX_QP_RD_ATOMIC,
-    )
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+        max_rd_atomic: 4,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+    })
     .unwrap();
 }
 

@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use rnic_verbs::{
-    AccessFlags, AhAttributes, CompletionQueue, Context, Mtu, ProtectionDomain, QpAttributeMask, QpAttributes,
-    QpCapabilities, QpInitAttributes, QpState, QpType, QueuePair,
+    AccessFlags, AhAttributes, CompletionQueue, Context, Mtu, ProtectionDomain, QpCapabilities, QpInitAttributes,
+    QpType, QueuePair, RcConnection,
 };
 
 /// Local write and every remote access.
@@ -41,59 +41,24 @@ pub fn rc_qp(pd: &ProtectionDomain, cq: &CompletionQueue) -> QueuePair {
 
 /// RESET → INIT → RTR → RTS towards `remote_qpn` on the NIC with `remote` context.
 pub fn connect(qp: &QueuePair, remote: &Context, remote_qpn: u32) {
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Init,
-            pkey_index: 0,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
-            ..QpAttributes::default()
+    qp.connect_rc(&RcConnection {
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: remote_qpn,
+        rq_psn: 0,
+        sq_psn: 0,
+        ah_attr: AhAttributes {
+            dgid: remote.query_gid(1, 0).unwrap(),
+            sgid_index: 0,
+            hop_limit: 64,
+            dmac: remote.mac_address(),
+            ..AhAttributes::default()
         },
-        QpAttributeMask::STATE | QpAttributeMask::PKEY_INDEX | QpAttributeMask::PORT | QpAttributeMask::ACCESS_FLAGS,
-    )
-    .expect("INIT");
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rtr,
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num: remote_qpn,
-            rq_psn: 0,
-            max_dest_rd_atomic: 4,
-            min_rnr_timer: 12,
-            ah_attr: AhAttributes {
-                dgid: remote.query_gid(1, 0).unwrap(),
-                sgid_index: 0,
-                hop_limit: 64,
-                dmac: remote.mac_address(),
-                ..AhAttributes::default()
-            },
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE
-            | QpAttributeMask::AV
-            | QpAttributeMask::PATH_MTU
-            | QpAttributeMask::DEST_QPN
-            | QpAttributeMask::RQ_PSN
-            | QpAttributeMask::MAX_DEST_RD_ATOMIC
-            | QpAttributeMask::MIN_RNR_TIMER,
-    )
-    .expect("RTR");
-    qp.modify(
-        &QpAttributes {
-            qp_state: QpState::Rts,
-            sq_psn: 0,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 4,
-            ..QpAttributes::default()
-        },
-        QpAttributeMask::STATE
-            | QpAttributeMask::SQ_PSN
-            | QpAttributeMask::TIMEOUT
-            | QpAttributeMask::RETRY_CNT
-            | QpAttributeMask::RNR_RETRY
-            | QpAttributeMask::MAX_QP_RD_ATOMIC,
-    )
-    .expect("RTS");
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 12,
+        max_rd_atomic: 4,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+    })
+    .expect("RESET → INIT → RTR → RTS");
 }
