@@ -236,16 +236,7 @@ impl Device {
                     ));
                 }
             } else {
-                let total = self
-                    .sge_list_length(&list)
-                    .map_err(|e| FetchError::Unreachable(e.to_string()))?;
-                if total != u64::from(length) {
-                    return Err(invalid(
-                        raw_opcode,
-                        CqeStatus::LocalLengthErr,
-                        format!("MSG_LEN {length} equal to the sum of the SGE lengths {total}"),
-                    ));
-                }
+                self.check_sge_total(&list, raw_opcode, length)?;
             }
             Payload::Sges(list)
         };
@@ -283,6 +274,21 @@ impl Device {
             assigned: false,
             cursor: SgeCursor::START,
         })
+    }
+
+    /// Refuses a WQE whose MSG_LEN is not the sum of its SGE lengths (LOC_LEN_ERR).
+    fn check_sge_total(&mut self, list: &SgeList, opcode: u8, length: u32) -> Result<(), FetchError> {
+        let total = self
+            .sge_list_length(list)
+            .map_err(|e| FetchError::Unreachable(e.to_string()))?;
+        if total != u64::from(length) {
+            return Err(invalid(
+                opcode,
+                CqeStatus::LocalLengthErr,
+                format!("MSG_LEN {length} equal to the sum of the SGE lengths {total}"),
+            ));
+        }
+        Ok(())
     }
 
     /// Inline payload of `length` bytes: in the WQE (`in_wqe` bytes) or in the ring.
@@ -379,16 +385,7 @@ impl Device {
                 ext_start: wqe.message_start_sge_index(),
                 ring,
             };
-            let total = self
-                .sge_list_length(&list)
-                .map_err(|e| FetchError::Unreachable(e.to_string()))?;
-            if total != u64::from(length) {
-                return Err(invalid(
-                    raw_opcode,
-                    CqeStatus::LocalLengthErr,
-                    format!("MSG_LEN {length} equal to the sum of the SGE lengths {total}"),
-                ));
-            }
+            self.check_sge_total(&list, raw_opcode, length)?;
             Payload::Sges(list)
         };
         if length > config.mtu {
