@@ -8,7 +8,7 @@ use rnic_firmware_if::context::ServiceType;
 use rnic_firmware_if::mailbox::MailboxCompletion;
 use rnic_verbs::{
     AccessFlags, AhAttributes, Gid, Mtu, QpAttributeMask, QpAttributes, QpCapabilities, QpInitAttributes, QpState,
-    QpType, SrqAttributes,
+    QpType, RcConnection, SrqAttributes,
 };
 
 const REMOTE_MAC: [u8; 6] = [0x02, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE];
@@ -185,6 +185,71 @@ fn query_returns_the_attributes_set_by_modify() {
 
     qp.destroy().unwrap();
     assert_no_diagnostics(&device);
+}
+
+#[test]
+fn connect_rc_takes_a_fresh_rc_qp_to_rts_with_every_value_it_is_given() {
+    let (device, context) = open();
+    let pd = context.alloc_pd().unwrap();
+    let cq = context.create_cq(64, None, 0).unwrap();
+    let qp = create_qp(&pd, &cq, QpType::Rc);
+    let connection = RcConnection {
+        path_mtu: Mtu::Mtu2048,
+        dest_qp_num: 0x1234,
+        rq_psn: 0x10_0000,
+        sq_psn: 0xFF_FFFE,
+        ah_attr: AhAttributes {
+            dgid: remote_gid(),
+            dmac: REMOTE_MAC,
+            hop_limit: 33,
+            traffic_class: 0x68,
+            ..AhAttributes::default()
+        },
+        max_dest_rd_atomic: 16,
+        min_rnr_timer: 18,
+        max_rd_atomic: 8,
+        timeout: 17,
+        retry_cnt: 6,
+        rnr_retry: 3,
+    };
+
+    qp.connect_rc(&connection).unwrap();
+
+    let got = qp.query().unwrap();
+    assert_eq!(got.qp_state, QpState::Rts);
+    assert_eq!(
+        got.qp_access_flags,
+        AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
+    );
+    assert_eq!(got.port_num, 1);
+    assert_eq!(got.pkey_index, 0);
+    assert_eq!(got.path_mtu, connection.path_mtu);
+    assert_eq!(got.dest_qp_num, connection.dest_qp_num);
+    assert_eq!(got.rq_psn, connection.rq_psn);
+    assert_eq!(got.sq_psn, connection.sq_psn);
+    assert_eq!(got.ah_attr.dgid, connection.ah_attr.dgid);
+    assert_eq!(got.ah_attr.dmac, connection.ah_attr.dmac);
+    assert_eq!(got.ah_attr.hop_limit, connection.ah_attr.hop_limit);
+    assert_eq!(got.ah_attr.traffic_class, connection.ah_attr.traffic_class);
+    assert_eq!(got.max_dest_rd_atomic, connection.max_dest_rd_atomic);
+    assert_eq!(got.min_rnr_timer, connection.min_rnr_timer);
+    assert_eq!(got.max_rd_atomic, connection.max_rd_atomic);
+    assert_eq!(got.timeout, connection.timeout);
+    assert_eq!(got.retry_cnt, connection.retry_cnt);
+    assert_eq!(got.rnr_retry, connection.rnr_retry);
+
+    assert_no_diagnostics(&device);
+
+    // A second connect starts with →INIT, which the device refuses from RTS: the QP stays.
+    let refused = qp.connect_rc(&connection).unwrap_err();
+    assert_eq!(
+        refused.mailbox_completion(),
+        Some(MailboxCompletion::InvalidState),
+        "RTS→INIT"
+    );
+    assert_eq!(qp.query().unwrap().qp_state, QpState::Rts);
+    qp.destroy().unwrap();
+    drop(device);
 }
 
 #[test]
