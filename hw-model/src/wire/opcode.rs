@@ -62,35 +62,30 @@ pub mod header_len {
 }
 
 impl ExtHeaders {
+    /// Each extension header with its size ([`header_len`]).
+    const SIZES: [(ExtHeaders, usize); 9] = [
+        (Self::RETH, header_len::RETH),
+        (Self::AETH, header_len::AETH),
+        (Self::ATOMIC_ETH, header_len::ATOMIC_ETH),
+        (Self::ATOMIC_ACK_ETH, header_len::ATOMIC_ACK_ETH),
+        (Self::IMMDT, header_len::IMMDT),
+        (Self::IETH, header_len::IETH),
+        (Self::DETH, header_len::DETH),
+        (Self::FETH, header_len::FETH),
+        (Self::CNP_RESERVED, header_len::CNP_RESERVED),
+    ];
+
     /// Total size in bytes of these headers on the wire.
     pub const fn wire_len(self) -> usize {
         let mut n = 0;
-        if self.contains(Self::RETH) {
-            n += header_len::RETH;
-        }
-        if self.contains(Self::AETH) {
-            n += header_len::AETH;
-        }
-        if self.contains(Self::ATOMIC_ETH) {
-            n += header_len::ATOMIC_ETH;
-        }
-        if self.contains(Self::ATOMIC_ACK_ETH) {
-            n += header_len::ATOMIC_ACK_ETH;
-        }
-        if self.contains(Self::IMMDT) {
-            n += header_len::IMMDT;
-        }
-        if self.contains(Self::IETH) {
-            n += header_len::IETH;
-        }
-        if self.contains(Self::DETH) {
-            n += header_len::DETH;
-        }
-        if self.contains(Self::FETH) {
-            n += header_len::FETH;
-        }
-        if self.contains(Self::CNP_RESERVED) {
-            n += header_len::CNP_RESERVED;
+        let mut i = 0;
+        // A `while` loop: `for` is not allowed in a const fn.
+        while i < Self::SIZES.len() {
+            let (header, len) = Self::SIZES[i];
+            if self.contains(header) {
+                n += len;
+            }
+            i += 1;
         }
         n
     }
