@@ -352,6 +352,12 @@ impl Inbound {
         cursor: super::dma::SgeCursor::START,
         discard: false,
     };
+
+    /// Between messages, but keeping `recv`: a receive WQE claimed for a message that
+    /// did not consume it (lost UC message, WRITE without immediate) serves the next one.
+    pub const fn idle_keeping(recv: Option<ClaimedRecv>) -> Self {
+        Self { recv, ..Self::IDLE }
+    }
 }
 
 /// An entry of the responder's ordered response queue: what goes back to the requester,

@@ -367,9 +367,7 @@ impl Device {
             if responder.inbound.kind != InboundKind::Idle {
                 self.transport.counters.messages_dropped += 1;
             }
-            let recv = responder.inbound.recv;
-            responder.inbound = Inbound::IDLE;
-            responder.inbound.recv = recv;
+            responder.inbound = Inbound::idle_keeping(responder.inbound.recv);
             responder.inbound.discard = !op::is_first(operation);
         }
         responder.epsn = psn_add(psn, 1);
@@ -405,9 +403,7 @@ impl Device {
                     self.fail_claimed_receive(qpn, status);
                 }
                 if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
-                    let recv = runtime.responder.inbound.recv;
-                    runtime.responder.inbound = Inbound::IDLE;
-                    runtime.responder.inbound.recv = recv;
+                    runtime.responder.inbound = Inbound::idle_keeping(runtime.responder.inbound.recv);
                     runtime.responder.inbound.discard = !op::is_last(operation);
                 }
             }
@@ -612,14 +608,7 @@ impl Device {
                 None,
             );
         } else {
-            let keep = inbound.recv;
-            self.set_inbound(
-                qpn,
-                Inbound {
-                    recv: keep,
-                    ..Inbound::IDLE
-                },
-            );
+            self.set_inbound(qpn, Inbound::idle_keeping(inbound.recv));
             self.count_message(qpn);
         }
         Ok(Executed {
