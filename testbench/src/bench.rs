@@ -27,6 +27,8 @@ use rnic_verbs::{
 
 /// Messages a pair keeps outstanding.
 pub const WINDOW: usize = 16;
+/// Most messages a pair may keep outstanding (`--tx-depth`): the CQ and QP depths follow.
+pub const MAX_TX_DEPTH: usize = 1024;
 /// Most bytes of buffer slots per side and pair.
 const MAX_SLOT_BYTES: usize = 64 << 20;
 /// Most virtual time the drivers let pass when nothing completed: the loop wakes at the
@@ -140,8 +142,19 @@ pub struct BenchConfig {
     /// Which clock the figures come from.
     pub mode: Mode,
     /// Latency test: one message outstanding per pair (perftest `_lat`), else a window
-    /// of [`WINDOW`] (perftest `_bw`).
+    /// of `tx_depth` messages (perftest `_bw`).
     pub latency_test: bool,
+    /// Messages a pair keeps outstanding in a bandwidth test (perftest `--tx-depth`);
+    /// [`WINDOW`] by default.
+    pub tx_depth: usize,
+    /// One send work request in this many asks for a completion (perftest `--cq-mod`);
+    /// the last one of a run always does. 1: every one (the default).
+    pub cq_moderation: u64,
+    /// Every message of a pair reads and writes the same buffer bytes, as perftest's
+    /// `ib_*_bw` tests do (they cycle within one buffer); otherwise each outstanding
+    /// message has a slot of its own. Neither a check nor a capture can tell such messages
+    /// apart, so it cannot be combined with `verify` or `capture`.
+    pub single_buffer: bool,
 }
 
 impl Default for BenchConfig {
@@ -160,6 +173,9 @@ impl Default for BenchConfig {
             link_latency: FabricConfig::DEFAULT_LINK_LATENCY,
             mode: Mode::Virtual,
             latency_test: false,
+            tx_depth: WINDOW,
+            cq_moderation: 1,
+            single_buffer: false,
         }
     }
 }
@@ -242,6 +258,9 @@ pub struct BenchReport {
     pub mtt_misses: u64,
     /// MTT translation-cache hits (both NICs).
     pub mtt_hits: u64,
+    /// CQEs the two NICs wrote during the run (with `cq_moderation` > 1, fewer than the
+    /// messages).
+    pub cqes_written: u64,
     /// Fairness across QPs: the highest per-QP throughput over the lowest (each QP's
     /// bytes over the time to its last completion); 1.0 with one QP.
     pub qp_fairness: f64,
@@ -540,6 +559,20 @@ fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu) -> 
 /// that left a device.
 pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), BenchError> {
     let mtu = mtu_from_bytes(config.mtu)?;
+    if config.tx_depth == 0 || config.tx_depth > MAX_TX_DEPTH {
+        return Err(BenchError::Config(format!(
+            "tx-depth {}: 1..={MAX_TX_DEPTH}",
+            config.tx_depth
+        )));
+    }
+    if config.cq_moderation == 0 {
+        return Err(BenchError::Config("cq-mod 0: at least 1".into()));
+    }
+    if config.single_buffer && (config.verify || config.capture) {
+        return Err(BenchError::Config(
+            "a single buffer per pair cannot be verified or captured: every message lands on the same bytes".into(),
+        ));
+    }
     if config.queue_pairs == 0 || config.queue_pairs > 1024 {
         return Err(BenchError::Config(format!("{} QPs: 1..=1024", config.queue_pairs)));
     }
@@ -564,8 +597,23 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
     let requester = Side::new(&fabric, MAC_REQUESTER, config.timing)?;
     let responder = Side::new(&fabric, MAC_RESPONDER, config.timing)?;
     let slot_size = size.max(8).next_multiple_of(64);
-    let slots = (MAX_SLOT_BYTES / slot_size).clamp(1, WINDOW);
-    let window = if config.latency_test { 1 } else { slots as u64 };
+    let depth = if config.latency_test { 1 } else { config.tx_depth };
+    let (slots, window) = if config.single_buffer {
+        (1, depth as u64)
+    } else {
+        // A slot is reused only after its message completed: the window is the slots.
+        let slots = (MAX_SLOT_BYTES / slot_size).clamp(1, config.tx_depth);
+        (slots, if config.latency_test { 1 } else { slots as u64 })
+    };
+    if config.cq_moderation > window {
+        return Err(BenchError::Config(format!(
+            "cq-mod {}: at most the {window} messages a pair keeps outstanding, or the window fills before a \
+             completion is asked for",
+            config.cq_moderation
+        )));
+    }
+    // Queues hold a window of sends and, for SENDs, of receives: twice a window of CQEs.
+    let queue_depth = 2 * config.tx_depth.max(WINDOW);
     let mut pairs = Vec::with_capacity(config.queue_pairs);
     for index in 0..config.queue_pairs {
         let access = AccessFlags::LOCAL_WRITE
@@ -579,7 +627,7 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
         let responder_mr = responder
             .pd
             .register_user_memory(vec![0u8; slots * slot_size + 64], access)?;
-        let depth = (2 * WINDOW) as u32;
+        let depth = queue_depth as u32;
         let requester_cq = requester.context.create_cq(depth, None, 0)?;
         let responder_cq = responder.context.create_cq(depth, None, 0)?;
         let caps = QpCapabilities {
@@ -595,7 +643,7 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
             srq: None,
             cap: caps,
             qp_type: QpType::Rc,
-            sq_sig_all: true,
+            sq_sig_all: config.cq_moderation == 1,
         })?;
         let responder_qp = responder.pd.create_qp(&QpInitAttributes {
             send_cq: &responder_cq,
@@ -603,7 +651,7 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
             srq: None,
             cap: caps,
             qp_type: QpType::Rc,
-            sq_sig_all: true,
+            sq_sig_all: config.cq_moderation == 1,
         })?;
         connect(&requester_qp, &responder_qp, &responder, mtu)?;
         connect(&responder_qp, &requester_qp, &requester, mtu)?;
@@ -619,17 +667,19 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
             slot_size,
             posted: 0,
             completed: 0,
-            pending_receives: std::collections::VecDeque::with_capacity(WINDOW),
+            pending_receives: std::collections::VecDeque::with_capacity(queue_depth),
             atomics_done: 0,
             expected_digest: DIGEST_SEED,
             observed_digest: DIGEST_SEED,
             window,
             last_completion: Picoseconds::ZERO,
-            posted_at: std::collections::VecDeque::with_capacity(WINDOW),
+            posted_at: std::collections::VecDeque::with_capacity(queue_depth),
         });
     }
 
     let before = transport_retransmissions(&requester.device) + transport_retransmissions(&responder.device);
+    let cqes_before =
+        requester.device.with_device(|d| d.counters().cqes) + responder.device.with_device(|d| d.counters().cqes);
     for side in [&requester, &responder] {
         side.device.with_device(|d| d.timing_mut().reset_totals());
     }
@@ -657,7 +707,7 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
         wall_start: measure_start,
     };
     let expected = config.iterations * config.queue_pairs as u64;
-    let mut completions = [WorkCompletion::default(); WINDOW * 2];
+    let mut completions = vec![WorkCompletion::default(); queue_depth];
     let mut buffer = vec![0u8; size];
     let mut check = vec![0u8; size];
     let mut last_progress = fabric.now();
@@ -766,6 +816,9 @@ pub fn run(config: &BenchConfig) -> Result<(BenchReport, Vec<CapturedFrame>), Be
     report.responder_stages = b.0;
     report.mtt_hits = a.1 + b.1;
     report.mtt_misses = a.2 + b.2;
+    report.cqes_written = requester.device.with_device(|d| d.counters().cqes)
+        + responder.device.with_device(|d| d.counters().cqes)
+        - cqes_before;
     report.retransmissions =
         transport_retransmissions(&requester.device) + transport_retransmissions(&responder.device) - before;
     report.fabric = fabric.statistics();
@@ -943,64 +996,47 @@ fn step(
     for wc in &completions[..got] {
         progress = true;
         let message = wc.wr_id;
-        if message != pair.completed {
+        // RC completes in posting order, so with --cq-mod one completion stands for its
+        // own message and every unsignalled one posted before it.
+        let expected_signal = next_signalled(config, pair.completed);
+        let covered = if (pair.completed..=expected_signal).contains(&message) {
+            message - pair.completed + 1
+        } else {
             failure(
                 report,
                 format!(
-                    "pair {}: completion of message {message}, expected {}",
-                    pair.index, pair.completed
+                    "pair {}: completion of message {message}, expected {expected_signal}",
+                    pair.index
                 ),
             );
-        }
-        pair.completed += 1;
-        if let Some(posted) = pair.posted_at.pop_front() {
-            let now = clock.fabric.now();
-            pair.last_completion = now;
-            let completed = clock.now(now);
-            timings.completions.push(completed);
-            timings.latencies.push(completed.saturating_sub(posted));
-        }
-        if wc.status != WcStatus::Success {
-            failure(
-                report,
-                format!(
-                    "pair {} message {message}: {:?} (vendor {})",
-                    pair.index, wc.status, wc.vendor_err
-                ),
-            );
-            continue;
-        }
-        let operation = operation_of(config, pair.index, message);
-        if operation == Operation::Send {
-            continue; // counted when the receive completes
-        }
-        let length = message_size(config, size, pair.index, message);
-        let offset = ((message % pair.slots as u64) as usize * pair.slot_size) as u64;
-        if operation == Operation::Atomic {
-            pair.atomics_done += 1;
-        }
-        if !config.verify {
-            // Nothing is compared: the expected bytes would only be thrown away, and in
-            // wall mode their fill would be timed as if it were the NIC's work.
-            report.messages_ok += 1;
-            continue;
-        }
-        let (expected, found) = (&mut buffer[..length], &mut check[..length]);
-        match operation {
-            Operation::Write => {
-                fill_pattern(expected, pair.index, message);
-                pair.responder_mr.read(offset, found)?;
+            1
+        };
+        let now = clock.fabric.now();
+        let completed = clock.now(now);
+        pair.last_completion = now;
+        for k in 0..covered {
+            let implied = k + 1 < covered;
+            let message = pair.completed;
+            pair.completed += 1;
+            if let Some(posted) = pair.posted_at.pop_front() {
+                timings.completions.push(completed);
+                if !implied {
+                    // Only a signalled message has an instant of its own.
+                    timings.latencies.push(completed.saturating_sub(posted));
+                }
             }
-            Operation::Read => {
-                fill_pattern(expected, pair.index, message);
-                pair.requester_mr.read(offset, found)?;
+            if !implied && wc.status != WcStatus::Success {
+                failure(
+                    report,
+                    format!(
+                        "pair {} message {message}: {:?} (vendor {})",
+                        pair.index, wc.status, wc.vendor_err
+                    ),
+                );
+                continue;
             }
-            _ => {
-                expected.copy_from_slice(&(pair.atomics_done - 1).to_le_bytes());
-                pair.requester_mr.read(offset, found)?;
-            }
+            settle_requester(config, pair, report, message, buffer, check)?;
         }
-        settle_message(pair, report, message, expected, found);
     }
     let got = pair.responder_cq.poll(completions)?;
     consumed += got as u64;
@@ -1033,6 +1069,57 @@ fn step(
     Ok((progress, consumed))
 }
 
+/// The index of the first message at or after `message` that asks for a completion.
+fn next_signalled(config: &BenchConfig, message: u64) -> u64 {
+    let moderation = config.cq_moderation.max(1);
+    let signal = message - message % moderation + moderation - 1;
+    signal.min(config.iterations.saturating_sub(1)).max(message)
+}
+
+/// Accounts one requester-side message that completed successfully: counted, and with
+/// `verify` its bytes checked (a SEND is counted when its receive completes).
+fn settle_requester(
+    config: &BenchConfig,
+    pair: &mut Pair,
+    report: &mut BenchReport,
+    message: u64,
+    buffer: &mut [u8],
+    check: &mut [u8],
+) -> Result<(), BenchError> {
+    let operation = operation_of(config, pair.index, message);
+    if operation == Operation::Send {
+        return Ok(());
+    }
+    let length = message_size(config, report.size, pair.index, message);
+    let offset = ((message % pair.slots as u64) as usize * pair.slot_size) as u64;
+    if operation == Operation::Atomic {
+        pair.atomics_done += 1;
+    }
+    if !config.verify {
+        // Nothing is compared: the expected bytes would only be thrown away, and in
+        // wall mode their fill would be timed as if it were the NIC's work.
+        report.messages_ok += 1;
+        return Ok(());
+    }
+    let (expected, found) = (&mut buffer[..length], &mut check[..length]);
+    match operation {
+        Operation::Write => {
+            fill_pattern(expected, pair.index, message);
+            pair.responder_mr.read(offset, found)?;
+        }
+        Operation::Read => {
+            fill_pattern(expected, pair.index, message);
+            pair.requester_mr.read(offset, found)?;
+        }
+        _ => {
+            expected.copy_from_slice(&(pair.atomics_done - 1).to_le_bytes());
+            pair.requester_mr.read(offset, found)?;
+        }
+    }
+    settle_message(pair, report, message, expected, found);
+    Ok(())
+}
+
 /// Scores one completed message of a verifying run: compares and folds the digests.
 fn settle_message(pair: &mut Pair, report: &mut BenchReport, message: u64, expected: &[u8], found: &[u8]) {
     pair.expected_digest = fold_digest(pair.expected_digest, expected);
@@ -1060,6 +1147,7 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
     let slot = (message % pair.slots as u64) as usize;
     let offset = (slot * pair.slot_size) as u64;
     let size = buffer.len();
+    let signalled = config.cq_moderation == 1 || next_signalled(config, message) == message;
     let local = Sge::new(pair.requester_mr.addr() + offset, size as u32, pair.requester_mr.lkey());
     let remote = RdmaFields {
         remote_addr: pair.responder_mr.addr() + offset,
@@ -1069,7 +1157,11 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
         wr_id: message,
         opcode: WrOpcode::RdmaWrite,
         sg_list: std::slice::from_ref(&local),
-        send_flags: SendFlags::SIGNALED,
+        send_flags: if signalled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        },
         ..SendWorkRequest::default()
     };
     // The pattern names the message so that a check can tell messages apart. When

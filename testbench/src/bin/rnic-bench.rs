@@ -53,6 +53,19 @@ struct Arguments {
     /// Latency test: one message outstanding per QP.
     #[arg(long)]
     lat: bool,
+    /// Messages kept outstanding per QP in a bandwidth test (perftest --tx-depth; perftest's
+    /// own default is 128).
+    #[arg(long, default_value_t = bench::WINDOW)]
+    tx_depth: usize,
+    /// Ask for a completion on one send in N, and on the last (perftest --cq-mod; perftest's
+    /// own default is 100). 1: every send completes on its own.
+    #[arg(long, default_value_t = 1)]
+    cq_mod: u64,
+    /// Every message of a QP uses the same buffer bytes, as perftest's bandwidth tests do;
+    /// by default each outstanding message has a buffer of its own. Not with --verify or
+    /// --pcap.
+    #[arg(long)]
+    single_buffer: bool,
     /// Timing preset: hns-100g, hns-25g or ideal (see docs/timing.md) [default: hns-100g].
     #[arg(long)]
     preset: Option<String>,
@@ -188,6 +201,9 @@ fn main() -> ExitCode {
             .map_or(Picoseconds(timing.propagation_ps), Picoseconds::from_nanos),
         mode: arguments.mode.unwrap_or(Mode::Virtual),
         latency_test: arguments.lat && !arguments.bw,
+        tx_depth: arguments.tx_depth,
+        cq_moderation: arguments.cq_mod,
+        single_buffer: arguments.single_buffer,
     };
     if arguments.operation.is_none() {
         if arguments.device.is_some() {
@@ -308,6 +324,10 @@ fn timing_only_flags(arguments: &Arguments) -> Option<String> {
         ("--lat", arguments.lat && arguments.peer == Peer::RnicBench),
         ("--bw", arguments.bw),
         ("--breakdown", arguments.breakdown),
+        // The split run keeps its own lockstep batches with one buffer per message.
+        ("--tx-depth", arguments.tx_depth != bench::WINDOW),
+        ("--cq-mod", arguments.cq_mod != 1),
+        ("--single-buffer", arguments.single_buffer),
     ]
     .into_iter()
     .filter_map(|(flag, given)| given.then_some(flag))

@@ -1,0 +1,122 @@
+//! The perftest-shaped options of `rnic-bench`: `--tx-depth`, `--cq-mod` and
+//! `--single-buffer` change how the driver posts and polls, never what the NICs deliver.
+
+use rnic_testbench::bench::{run, BenchConfig, BenchError, BenchReport, Operation};
+
+fn write(size: usize, iterations: u64) -> BenchConfig {
+    BenchConfig {
+        operation: Operation::Write,
+        size,
+        iterations,
+        ..BenchConfig::default()
+    }
+}
+
+fn ok(config: &BenchConfig) -> BenchReport {
+    let (report, _) = run(config).expect("the run completes");
+    assert_eq!(report.messages_failed, 0, "{:?}", report.failures);
+    assert_eq!(report.messages_ok, config.iterations * config.queue_pairs as u64);
+    report
+}
+
+fn config_error(config: &BenchConfig) -> String {
+    match run(config) {
+        Err(BenchError::Config(why)) => why,
+        other => panic!("expected a configuration error, got {:?}", other.map(|(r, _)| r)),
+    }
+}
+
+#[test]
+fn cq_moderation_asks_for_one_completion_in_n_and_the_last_and_still_checks_every_message() {
+    // 10 messages, one completion in 4: messages 3, 7 and the last (9) are signalled.
+    let report = ok(&BenchConfig {
+        cq_moderation: 4,
+        verify: true,
+        ..write(3000, 10)
+    });
+    assert_eq!(report.bytes_verified, 10 * 3000);
+    assert_eq!(report.cqes_written, 3);
+
+    let every = ok(&BenchConfig {
+        verify: true,
+        ..write(3000, 10)
+    });
+    assert_eq!(every.cqes_written, 10);
+}
+
+#[test]
+fn cq_moderation_works_for_every_operation_and_several_queue_pairs() {
+    for operation in [Operation::Write, Operation::Read, Operation::Send, Operation::Atomic] {
+        ok(&BenchConfig {
+            operation,
+            cq_moderation: 8,
+            queue_pairs: 3,
+            verify: true,
+            ..write(512, 37)
+        });
+    }
+}
+
+#[test]
+fn a_deeper_tx_depth_keeps_more_messages_outstanding() {
+    // With a window of 16 a pair can never have more than 16 messages in flight; with 64
+    // the same run finishes sooner in virtual time because the link never idles.
+    let shallow = ok(&write(1024, 400));
+    let deep = ok(&BenchConfig {
+        tx_depth: 64,
+        ..write(1024, 400)
+    });
+    assert!(
+        deep.sim_time_ps <= shallow.sim_time_ps,
+        "deep {} ps, shallow {} ps",
+        deep.sim_time_ps,
+        shallow.sim_time_ps
+    );
+}
+
+#[test]
+fn a_single_buffer_moves_every_message_through_the_same_bytes() {
+    for operation in [Operation::Write, Operation::Read, Operation::Send] {
+        let report = ok(&BenchConfig {
+            operation,
+            single_buffer: true,
+            verify: false,
+            tx_depth: 32,
+            cq_moderation: 16,
+            ..write(64 << 10, 100)
+        });
+        assert_eq!(report.bytes_verified, 0);
+    }
+}
+
+#[test]
+fn impossible_combinations_are_refused_with_the_reason() {
+    let why = config_error(&BenchConfig {
+        cq_moderation: 17,
+        ..write(64, 10)
+    });
+    assert!(why.contains("cq-mod 17"), "{why}");
+    let why = config_error(&BenchConfig {
+        cq_moderation: 0,
+        ..write(64, 10)
+    });
+    assert!(why.contains("cq-mod 0"), "{why}");
+    let why = config_error(&BenchConfig {
+        tx_depth: 0,
+        ..write(64, 10)
+    });
+    assert!(why.contains("tx-depth 0"), "{why}");
+    let why = config_error(&BenchConfig {
+        single_buffer: true,
+        verify: true,
+        ..write(64, 10)
+    });
+    assert!(why.contains("cannot be verified"), "{why}");
+    // A latency test keeps one message outstanding: one completion in 2 would never come.
+    let why = config_error(&BenchConfig {
+        latency_test: true,
+        cq_moderation: 2,
+        ..write(64, 10)
+    });
+    assert!(why.contains("cq-mod 2"), "{why}");
+}
