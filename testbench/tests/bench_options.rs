@@ -120,3 +120,22 @@ fn impossible_combinations_are_refused_with_the_reason() {
     });
     assert!(why.contains("cq-mod 2"), "{why}");
 }
+
+#[test]
+fn progress_reports_climb_to_the_expected_count_and_change_nothing() {
+    let config = BenchConfig {
+        verify: false,
+        ..write(8, 20_000)
+    };
+    let mut seen = Vec::new();
+    let (watched, _) = rnic_testbench::bench::run_with_progress(&config, &mut |p| seen.push(p)).expect("run");
+    assert!(seen.len() >= 2, "{} progress reports", seen.len());
+    for pair in seen.windows(2) {
+        assert!(pair[0].done <= pair[1].done && pair[0].sim_time <= pair[1].sim_time);
+    }
+    assert!(seen.iter().all(|p| p.expected == 20_000 && p.done <= p.expected));
+    assert!(seen.last().unwrap().done > 0);
+    let unwatched = ok(&config);
+    let strip = |json: String| json.split(",\"wall_time_s\"").next().unwrap().to_string();
+    assert_eq!(strip(watched.to_json()), strip(unwatched.to_json()));
+}

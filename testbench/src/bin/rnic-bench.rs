@@ -220,7 +220,10 @@ fn main() -> ExitCode {
         }
         return remote_main(&arguments, config, device);
     }
-    let outcome = bench::run(&config);
+    let outcome = bench::run_with_progress(&config, &mut progress_line(&config));
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[K");
+    }
     if let (Ok((_, capture)), Some(path)) = (&outcome, &arguments.pcap) {
         if let Err(error) = rnic_testbench::pcap::write_pcap(path, capture) {
             eprintln!("rnic-bench: writing {}: {error}", path.display());
@@ -228,6 +231,34 @@ fn main() -> ExitCode {
         }
     }
     finish(&arguments, outcome.map(|(report, _)| report), true)
+}
+
+/// A progress reporter for one in-process run: on a terminal, a line on stderr rewritten
+/// at most five times a second once the run has taken a second (short runs print nothing);
+/// elsewhere nothing. The caller erases the line when the run is over.
+fn progress_line(config: &BenchConfig) -> impl FnMut(bench::Progress) {
+    let terminal = std::io::stderr().is_terminal();
+    let started = std::time::Instant::now();
+    let mut last = started;
+    let operation = config.operation.name();
+    let size = config.size;
+    move |progress: bench::Progress| {
+        if !terminal {
+            return;
+        }
+        let now = std::time::Instant::now();
+        if now.duration_since(started).as_secs_f64() < 1.0 || now.duration_since(last).as_secs_f64() < 0.2 {
+            return;
+        }
+        last = now;
+        eprint!(
+            "\r\x1b[Krnic-bench: {operation} {size} B: {}/{} messages, {:.3} ms virtual, {:.1} s",
+            progress.done,
+            progress.expected,
+            progress.sim_time.0 as f64 * 1e-9,
+            now.duration_since(started).as_secs_f64()
+        );
+    }
 }
 
 /// `--server` / `--client`: one side of a cross-process run (testbench/src/remote.rs).
