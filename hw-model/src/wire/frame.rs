@@ -388,7 +388,8 @@ fn emit_frame_inner(
     fill(&mut frame[payload]);
     next(pad);
     let icrc_range = next(ICRC_LEN);
-    let value = icrc::icrc(&frame[ip_start..icrc_range.start]);
+    // The frame is ours to write: mask it in place rather than copy its headers.
+    let value = icrc::icrc_masking_in_place(&mut frame[ip_start..icrc_range.start]);
     frame[icrc_range].copy_from_slice(&icrc::to_wire(value));
 }
 

@@ -11,26 +11,136 @@
 //! 5. the extension headers, payload and pad, up to the ICRC (the extent is the UDP length;
 //!    Ethernet padding is not covered).
 //!
-//! The 32-bit result goes on the wire least-significant byte first ([`to_wire`]). Only the
-//! first IP+UDP+BTH bytes (at most 88) are copied, to mask them; the rest streams straight
-//! from the packet through one [`crc32fast::Hasher`].
+//! The 32-bit result goes on the wire least-significant byte first ([`to_wire`]).
+//!
+//! Short frames (acknowledgements, small messages) are most of the traffic, and for them the
+//! fixed cost dominates, so: the dummy LRH is never hashed (every CRC starts from the
+//! constant state after it, [`LRH_STATE`]); the masked fields are a list of at most eight
+//! (offset, OR mask) pairs; and each packet is hashed in one pass. [`icrc`] copies a packet
+//! of at most [`ONE_PASS_LEN`] bytes to the stack to mask it, longer ones stream all but the
+//! masked headers straight from the packet; [`icrc_masking_in_place`] (for a frame being
+//! emitted) masks the packet itself and restores it.
+
+use std::sync::OnceLock;
 
 use super::{bth, udp};
 
 /// Length of the ICRC trailer.
 pub const ICRC_LEN: usize = 4;
 
-/// Bytes of the all-ones dummy LRH.
-const LRH_LEN: usize = 8;
-/// Longest masked prefix: dummy LRH + IPv4 header with options + UDP + BTH.
-const PREFIX_CAP: usize = LRH_LEN + 60 + udp::HEADER_LEN + bth::HEADER_LEN;
+/// The CRC state (in `crc32fast`'s convention: the value `finalize` would return) after the
+/// eight 0xFF bytes of the dummy LRH: `crc32fast::hash(&[0xFF; 8])`, the complement of rxe's
+/// seed 0xDEBB20E3.
+pub const LRH_STATE: u32 = 0x2144_DF1C;
+/// Longest packet [`icrc`] masks in a stack copy and hashes in one pass.
+pub const ONE_PASS_LEN: usize = 128;
+/// Longest masked prefix: IPv4 header with options + UDP + BTH.
+const PREFIX_CAP: usize = 60 + udp::HEADER_LEN + bth::HEADER_LEN;
+
+/// A hasher in the state after the dummy LRH. The CPU-feature probe of
+/// `crc32fast::Hasher::new` runs once; every ICRC clones the result.
+fn lrh_hasher() -> crc32fast::Hasher {
+    static TEMPLATE: OnceLock<crc32fast::Hasher> = OnceLock::new();
+    TEMPLATE
+        .get_or_init(|| crc32fast::Hasher::new_with_initial(LRH_STATE))
+        .clone()
+}
+
+/// The variant bytes of an IP packet's headers: eight offsets from the start of the IP
+/// header, each ORed with its mask (0xFF sets the byte to ones; 0x0F the low nibble, the
+/// IPv6 traffic class's first half). IPv4 has seven; its eighth entry repeats the first,
+/// which is harmless for masking and, as [`icrc_masking_in_place`] saves every byte before
+/// masking any, for restoring.
+struct MaskedBytes {
+    offsets: [usize; 8],
+    masks: [u8; 8],
+    /// Bytes from the start of the IP header to the end of the BTH.
+    headers_len: usize,
+}
+
+impl MaskedBytes {
+    /// The variant bytes of a packet whose IP header starts with `first` (6 in the high
+    /// nibble = IPv6, anything else is read as IPv4 with its IHL, at least 5).
+    #[inline(always)]
+    fn of(first: u8) -> MaskedBytes {
+        const FF: u8 = 0xFF;
+        // UDP checksum (2 bytes) and BTH byte 4 (FECN, BECN, resv6) follow the IP header.
+        let udp = 6;
+        let bth = udp::HEADER_LEN + bth::RESV8A_OFFSET;
+        if first >> 4 == 6 {
+            // Traffic class (low nibble of byte 0 + high nibble of byte 1), flow label (bytes
+            // 1-3), hop limit (byte 7).
+            let ip = 40;
+            MaskedBytes {
+                offsets: [0, 1, 2, 3, 7, ip + udp, ip + udp + 1, ip + bth],
+                masks: [0x0F, FF, FF, FF, FF, FF, FF, FF],
+                headers_len: ip + udp::HEADER_LEN + bth::HEADER_LEN,
+            }
+        } else {
+            // TOS, TTL, header checksum.
+            let ip = (usize::from(first & 0x0F) * 4).max(20);
+            MaskedBytes {
+                offsets: [1, 8, 10, 11, ip + udp, ip + udp + 1, ip + bth, 1],
+                masks: [FF; 8],
+                headers_len: ip + udp::HEADER_LEN + bth::HEADER_LEN,
+            }
+        }
+    }
+
+    /// Masks the bytes of `packet` that are there (a truncated packet has fewer).
+    #[inline(always)]
+    fn apply(&self, packet: &mut [u8]) {
+        if packet.len() >= self.headers_len {
+            // The common case, every offset in bounds: no per-byte branch.
+            for (offset, mask) in self.offsets.into_iter().zip(self.masks) {
+                packet[offset] |= mask;
+            }
+        } else {
+            for (offset, mask) in self.offsets.into_iter().zip(self.masks) {
+                if let Some(byte) = packet.get_mut(offset) {
+                    *byte |= mask;
+                }
+            }
+        }
+    }
+}
 
 /// The ICRC of an IP packet: `ip_packet` runs from the first byte of the IP header to the
 /// last pad byte (the ICRC itself excluded). The IP version comes from the first nibble
 /// (6 = IPv6, anything else is read as IPv4 with its IHL). Never panics; on a packet too
 /// short to hold its headers it masks what is there.
 pub fn icrc(ip_packet: &[u8]) -> u32 {
-    IcrcHasher::new(ip_packet).finalize()
+    if ip_packet.len() > ONE_PASS_LEN {
+        return IcrcHasher::new(ip_packet).finalize();
+    }
+    let mut copy = [0u8; ONE_PASS_LEN];
+    let copy = &mut copy[..ip_packet.len()];
+    copy.copy_from_slice(ip_packet);
+    MaskedBytes::of(copy.first().copied().unwrap_or(0x45)).apply(copy);
+    let mut hasher = lrh_hasher();
+    hasher.update(copy);
+    hasher.finalize()
+}
+
+/// [`icrc`] of `ip_packet`, computed by setting its variant fields to ones in place,
+/// hashing it in one pass and putting the fields back: `ip_packet` is unchanged
+/// afterwards. For a frame being emitted, which is writable and needs no copy.
+pub fn icrc_masking_in_place(ip_packet: &mut [u8]) -> u32 {
+    let masked = MaskedBytes::of(ip_packet.first().copied().unwrap_or(0x45));
+    if ip_packet.len() < masked.headers_len {
+        return icrc(ip_packet);
+    }
+    let mut saved = [0u8; 8];
+    for (keep, offset) in saved.iter_mut().zip(masked.offsets) {
+        *keep = ip_packet[offset];
+    }
+    masked.apply(ip_packet);
+    let mut hasher = lrh_hasher();
+    hasher.update(ip_packet);
+    for (offset, byte) in masked.offsets.into_iter().zip(saved) {
+        ip_packet[offset] = byte;
+    }
+    hasher.finalize()
 }
 
 /// The four wire bytes of an ICRC value (little-endian).
@@ -52,52 +162,19 @@ pub struct IcrcHasher {
     hasher: crc32fast::Hasher,
 }
 
-#[inline]
-fn set_ones(prefix: &mut [u8], index: usize) {
-    if let Some(byte) = prefix.get_mut(index) {
-        *byte = 0xFF;
-    }
-}
-
 impl IcrcHasher {
     /// Starts an ICRC with `headers`, which must begin with the IP header and contain at
     /// least the IP, UDP and BTH headers (all masked fields); it may run on into the
     /// extension headers and payload. Continue with [`IcrcHasher::update`].
     pub fn new(headers: &[u8]) -> IcrcHasher {
-        let first = headers.first().copied().unwrap_or(0x45);
-        let is_v6 = first >> 4 == 6;
-        let ip_len = if is_v6 {
-            40
-        } else {
-            (usize::from(first & 0x0F) * 4).max(20)
-        };
-        let masked_len = headers.len().min(ip_len + udp::HEADER_LEN + bth::HEADER_LEN);
-
-        let mut prefix = [0xFFu8; PREFIX_CAP];
-        let ip = &mut prefix[LRH_LEN..LRH_LEN + masked_len];
-        ip.copy_from_slice(&headers[..masked_len]);
-        if is_v6 {
-            // Traffic class (low nibble of byte 0 + high nibble of byte 1), flow label (bytes
-            // 1-3), hop limit (byte 7).
-            if let Some(b) = ip.first_mut() {
-                *b |= 0x0F;
-            }
-            for i in [1, 2, 3, 7] {
-                set_ones(ip, i);
-            }
-        } else {
-            // TOS, TTL, header checksum.
-            for i in [1, 8, 10, 11] {
-                set_ones(ip, i);
-            }
-        }
-        let udp_checksum = ip_len + 6;
-        set_ones(ip, udp_checksum);
-        set_ones(ip, udp_checksum + 1);
-        set_ones(ip, ip_len + udp::HEADER_LEN + bth::RESV8A_OFFSET);
-
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&prefix[..LRH_LEN + masked_len]);
+        let masked = MaskedBytes::of(headers.first().copied().unwrap_or(0x45));
+        let masked_len = headers.len().min(masked.headers_len);
+        let mut prefix = [0u8; PREFIX_CAP];
+        let prefix = &mut prefix[..masked_len];
+        prefix.copy_from_slice(&headers[..masked_len]);
+        masked.apply(prefix);
+        let mut hasher = lrh_hasher();
+        hasher.update(prefix);
         hasher.update(&headers[masked_len..]);
         IcrcHasher { hasher }
     }
@@ -129,24 +206,31 @@ mod tests {
         b'h', b'e', b'l', b'l', b'o', b'-', b'r', b'o', b'c', b'e', b'!', b'!',
     ];
 
-    /// Reference: mask a copy, CRC the lot (the make_test_frames.py recipe).
+    /// Reference: mask a copy, CRC the lot (the make_test_frames.py recipe), masking only
+    /// the bytes a truncated packet has; IPv4 headers are at least 20 bytes.
     fn reference(ip_packet: &[u8]) -> u32 {
         let mut m = ip_packet.to_vec();
-        let ip_len = if m[0] >> 4 == 6 {
-            m[0] |= 0x0F;
+        let mut set = |i: usize, mask: u8| {
+            if let Some(b) = m.get_mut(i) {
+                *b |= mask;
+            }
+        };
+        let v6 = ip_packet.first().is_some_and(|b| b >> 4 == 6);
+        let ip_len = if v6 {
+            set(0, 0x0F);
             for i in [1, 2, 3, 7] {
-                m[i] = 0xFF;
+                set(i, 0xFF);
             }
             40
         } else {
             for i in [1, 8, 10, 11] {
-                m[i] = 0xFF;
+                set(i, 0xFF);
             }
-            usize::from(m[0] & 0xF) * 4
+            (usize::from(ip_packet.first().map_or(5, |b| b & 0xF)) * 4).max(20)
         };
-        m[ip_len + 6] = 0xFF;
-        m[ip_len + 7] = 0xFF;
-        m[ip_len + 12] = 0xFF;
+        set(ip_len + 6, 0xFF);
+        set(ip_len + 7, 0xFF);
+        set(ip_len + 12, 0xFF);
         let mut all = vec![0xFF; 8];
         all.extend_from_slice(&m);
         crc32fast::hash(&all)
@@ -211,11 +295,60 @@ mod tests {
     }
 
     #[test]
+    fn lrh_state_is_the_crc_of_eight_ones() {
+        assert_eq!(crc32fast::hash(&[0xFF; 8]), LRH_STATE);
+    }
+
+    /// The one-pass copy, the in-place masking and the streaming hasher against the
+    /// straightforward computation, on seeded random packets: IPv4 with every IHL (also
+    /// the invalid ones below 5), IPv6, whole and truncated, on both sides of
+    /// `ONE_PASS_LEN`.
+    #[test]
+    fn every_path_matches_the_reference_on_random_packets() {
+        let mut rng = XorShift::new(0x1C2C_0DD5);
+        for n in 0..3000 {
+            let len = match n % 3 {
+                0 => rng.below(100),
+                1 => rng.below(ONE_PASS_LEN + 40),
+                _ => rng.below(600),
+            };
+            let mut p = vec![0u8; len];
+            rng.fill(&mut p);
+            if let Some(first) = p.first_mut() {
+                *first = if n % 2 == 0 {
+                    0x60 | (*first & 0x0F)
+                } else {
+                    0x40 | (*first & 0x0F)
+                };
+            }
+            let expected = reference(&p);
+            assert_eq!(icrc(&p), expected, "case {n} one pass, length {len}");
+            let before = p.clone();
+            assert_eq!(
+                icrc_masking_in_place(&mut p),
+                expected,
+                "case {n} in place, length {len}"
+            );
+            assert_eq!(p, before, "case {n}: the in-place ICRC restores the packet");
+            let split = rng.below(len + 1);
+            let mut h = IcrcHasher::new(&p[..split]);
+            h.update(&p[split..]);
+            if split >= MaskedBytes::of(p.first().copied().unwrap_or(0x45)).headers_len.min(len) {
+                assert_eq!(h.finalize(), expected, "case {n} streamed, split {split}");
+            }
+        }
+    }
+
+    #[test]
     fn short_input_never_panics() {
         for len in 0..FRAME1_IP.len() {
             let _ = icrc(&FRAME1_IP[..len]);
         }
         let _ = icrc(&[0x4F; 70]);
         let _ = icrc(&[0x6F; 3]);
+        let _ = icrc_masking_in_place(&mut []);
+        let _ = icrc_masking_in_place(&mut [0x4F; 70]);
+        let _ = icrc_masking_in_place(&mut [0x6F; 3]);
+        let _ = IcrcHasher::new(&[]).finalize();
     }
 }
