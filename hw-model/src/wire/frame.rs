@@ -142,7 +142,7 @@ impl RoceRepr {
             + self.ip.header_len()
             + udp::HEADER_LEN
             + bth::HEADER_LEN
-            + self.bth.opcode.headers().wire_len()
+            + self.bth.opcode.extension_headers_len()
     }
 
     /// Checks that [`emit_frame`] can emit this repr with `payload_length` bytes of payload
@@ -225,7 +225,7 @@ impl RoceRepr {
 fn udp_length(repr: &RoceRepr, payload_length: usize) -> usize {
     udp::HEADER_LEN
         + bth::HEADER_LEN
-        + repr.bth.opcode.headers().wire_len()
+        + repr.bth.opcode.extension_headers_len()
         + payload_length
         + pad_len(payload_length)
         + ICRC_LEN

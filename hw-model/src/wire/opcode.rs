@@ -346,6 +346,18 @@ const INDEX: [u8; 256] = {
     index
 };
 
+/// Opcode byte → [`ExtHeaders::wire_len`] of its extension headers (0 when unknown): one
+/// load instead of summing the header table for every frame emitted.
+const EXTENSION_LEN: [u8; 256] = {
+    let mut len = [0u8; 256];
+    let mut i = 0;
+    while i < TABLE.len() {
+        len[TABLE[i].opcode.0 as usize] = TABLE[i].headers.wire_len() as u8;
+        i += 1;
+    }
+    len
+};
+
 impl BthOpcode {
     #[inline]
     fn info(self) -> Option<&'static OpInfo> {
@@ -391,10 +403,17 @@ impl BthOpcode {
         self.info().map_or(ExtHeaders::empty(), |i| i.headers)
     }
 
+    /// Length in bytes of the extension headers after the BTH: `headers().wire_len()`
+    /// (0 for an unknown opcode), from a table.
+    #[inline]
+    pub fn extension_headers_len(self) -> usize {
+        usize::from(EXTENSION_LEN[usize::from(self.0)])
+    }
+
     /// Length in bytes of the BTH plus the extension headers.
     #[inline]
     pub fn transport_header_len(self) -> usize {
-        super::bth::HEADER_LEN + self.headers().wire_len()
+        super::bth::HEADER_LEN + self.extension_headers_len()
     }
 
     /// Whether packets with this opcode may carry payload (false for unknown opcodes). A
@@ -595,6 +614,14 @@ mod tests {
             assert_eq!(op.headers(), headers, "{op}");
             assert_eq!(op.headers().wire_len(), len, "{op}");
             assert_eq!(op.transport_header_len(), 12 + len, "{op}");
+        }
+    }
+
+    #[test]
+    fn extension_length_table_agrees_with_the_headers_for_every_byte() {
+        for byte in 0..=u8::MAX {
+            let op = BthOpcode(byte);
+            assert_eq!(op.extension_headers_len(), op.headers().wire_len(), "{op}");
         }
     }
 
