@@ -392,6 +392,24 @@ fn a_doorbell_producer_index_past_the_ring_is_dropped_with_a_wqe_address_error()
     assert_eq!(qpc.sq_producer_index(), 2);
 }
 
+/// The device writes back only the producer index of the QPC on an RQ doorbell: QUERY_QPC
+/// reads the new index and every other byte of the context as it was.
+#[test]
+fn an_rq_doorbell_moves_the_producer_index_and_nothing_else_in_the_qpc() {
+    let mut h = RegisterHarness::new();
+    h.configure_tables();
+    h.create_aeq();
+    h.create_cq(1);
+    h.create_connected_qp(50, 1);
+    let (_, before) = h.query::<Qpc>(MailboxOpcode::QueryQpc, 50);
+    h.ring_doorbell(Doorbell::rq(50, 5).as_u64());
+    let (_, after) = h.query::<Qpc>(MailboxOpcode::QueryQpc, 50);
+    assert_eq!(after.rq_producer_index(), 5);
+    let mut expected = before;
+    expected.set_rq_producer_index(5);
+    assert_eq!(after.bytes(), expected.bytes());
+}
+
 #[test]
 fn bad_doorbell_offsets_and_half_writes_are_dropped_and_named() {
     let mut h = RegisterHarness::new();
