@@ -116,7 +116,13 @@ pub fn icrc(ip_packet: &[u8]) -> u32 {
     let mut copy = [0u8; ONE_PASS_LEN];
     let copy = &mut copy[..ip_packet.len()];
     copy.copy_from_slice(ip_packet);
-    MaskedBytes::of(copy.first().copied().unwrap_or(0x45)).apply(copy);
+    // IPv6 and IPv4 without options (all this device sends or accepts) get their own
+    // copy of the masking with constant offsets; anything else takes the general one.
+    match copy.first().copied() {
+        Some(0x60..=0x6F) => MaskedBytes::of(0x60).apply(copy),
+        Some(0x45) => MaskedBytes::of(0x45).apply(copy),
+        first => MaskedBytes::of(first.unwrap_or(0x45)).apply(copy),
+    }
     let mut hasher = lrh_hasher();
     hasher.update(copy);
     hasher.finalize()
@@ -126,7 +132,17 @@ pub fn icrc(ip_packet: &[u8]) -> u32 {
 /// hashing it in one pass and putting the fields back: `ip_packet` is unchanged
 /// afterwards. For a frame being emitted, which is writable and needs no copy.
 pub fn icrc_masking_in_place(ip_packet: &mut [u8]) -> u32 {
-    let masked = MaskedBytes::of(ip_packet.first().copied().unwrap_or(0x45));
+    // As in `icrc`: constant offsets for the two usual first bytes.
+    match ip_packet.first().copied() {
+        Some(0x60..=0x6F) => hash_masked_in_place(ip_packet, MaskedBytes::of(0x60)),
+        Some(0x45) => hash_masked_in_place(ip_packet, MaskedBytes::of(0x45)),
+        Some(first) => hash_masked_in_place(ip_packet, MaskedBytes::of(first)),
+        None => icrc(ip_packet),
+    }
+}
+
+#[inline(always)]
+fn hash_masked_in_place(ip_packet: &mut [u8], masked: MaskedBytes) -> u32 {
     if ip_packet.len() < masked.headers_len {
         return icrc(ip_packet);
     }
