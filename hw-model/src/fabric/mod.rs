@@ -54,13 +54,10 @@ pub mod pcap;
 #[cfg(test)]
 mod tests;
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 pub use fault::{FaultPlan, FaultPlanError, FaultRng};
 
 use crate::device::Device;
-use crate::time::Picoseconds;
+use crate::time::{Picoseconds, TimeQueue};
 
 /// Bytes of an Ethernet header without VLAN tag: the shortest frame the fabric forwards.
 pub const ETHERNET_HEADER_LEN: usize = 14;
@@ -203,49 +200,21 @@ pub struct FabricStatistics {
     pub undeliverable: u64,
 }
 
-/// A frame on its way.
+/// A frame on its way (its arrival time is its key in the fabric's [`TimeQueue`]).
 #[derive(Debug)]
 struct InFlight {
-    arrival: Picoseconds,
-    sequence: u64,
     from: usize,
     /// 1, or 2 for a duplicated frame.
     copies: u8,
     buffer: Vec<u8>,
 }
 
-impl InFlight {
-    /// The order key: arrival, then launch order (sequences are unique), as one number
-    /// the heap compares in one go.
-    fn key(&self) -> u128 {
-        (u128::from(self.arrival.0) << 64) | u128::from(self.sequence)
-    }
-}
-
-impl PartialEq for InFlight {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-
-impl Eq for InFlight {}
-
-impl PartialOrd for InFlight {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for InFlight {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key().cmp(&other.key())
-    }
-}
-
 /// A frame the reorder fault holds back.
 #[derive(Debug)]
 struct Held {
     frame: InFlight,
+    /// When it would have arrived had it not been held.
+    arrival: Picoseconds,
     /// Later frames of the same sender still to overtake it.
     remaining: u32,
     /// When it is let go if the sender sends too few frames.
@@ -263,10 +232,13 @@ pub struct Fabric<P: Port = Device> {
     macs: Vec<[u8; 6]>,
     now: Picoseconds,
     rng: FaultRng,
-    in_flight: BinaryHeap<Reverse<InFlight>>,
-    next_sequence: u64,
+    /// Frames by arrival; frames arriving at the same instant in launch order.
+    in_flight: TimeQueue<InFlight>,
     /// The frame held back by the reorder fault, per sender.
     held: Vec<Option<Held>>,
+    /// How many entries of `held` are `Some`: lets the common no-reorder case skip
+    /// scanning them on every step.
+    held_count: usize,
     pool: Vec<Vec<u8>>,
     /// Buffers the pool had to allocate (bounded by the most frames ever in flight).
     pool_allocations: u64,
@@ -302,9 +274,9 @@ impl<P: Port> Fabric<P> {
             macs: Vec::new(),
             now: Picoseconds::ZERO,
             rng: FaultRng::new(config.faults.seed),
-            in_flight: BinaryHeap::new(),
-            next_sequence: 0,
+            in_flight: TimeQueue::new(),
             held: Vec::new(),
+            held_count: 0,
             pool: Vec::new(),
             pool_allocations: 0,
             capture_on: false,
@@ -365,15 +337,21 @@ impl<P: Port> Fabric<P> {
     /// The earliest of every device's next event, every frame's arrival and every held
     /// frame's deadline.
     pub fn next_event_time(&self) -> Option<Picoseconds> {
-        let devices = self.ports.iter().filter_map(|p| p.next_event_time());
-        let arrival = self.in_flight.peek().map(|Reverse(f)| f.arrival);
-        let held = self.held.iter().flatten().map(|h| h.deadline);
-        devices.chain(arrival).chain(held).min().map(|t| t.max(self.now))
+        let mut next = self.in_flight.peek_time();
+        for port in &self.ports {
+            next = earliest(next, port.next_event_time());
+        }
+        if self.held_count > 0 {
+            for held in self.held.iter().flatten() {
+                next = earliest(next, Some(held.deadline));
+            }
+        }
+        next.map(|t| t.max(self.now))
     }
 
     /// Frames on the wire (scheduled or held back), not yet delivered.
     pub fn frames_in_flight(&self) -> usize {
-        self.in_flight.len() + self.held.iter().flatten().count()
+        self.in_flight.len() + self.held_count
     }
 
     /// Runs every device event, frame arrival and fault due at or before `t`, in time
@@ -383,13 +361,16 @@ impl<P: Port> Fabric<P> {
         let target = t.max(self.now);
         // Frames a device sent from a host-side call (a doorbell) since the last step.
         self.collect(self.now);
+        let mut next = self.next_event_time();
         loop {
-            let step = match self.next_event_time() {
+            let step = match next {
                 Some(next) if next < target => next,
                 _ => target,
             };
             self.run_at(step);
-            if step == target && !matches!(self.next_event_time(), Some(next) if next <= target) {
+            // Computed once per step: it is both the end test and the next step.
+            next = self.next_event_time();
+            if step == target && !matches!(next, Some(next) if next <= target) {
                 break;
             }
         }
@@ -514,24 +495,18 @@ impl<P: Port> Fabric<P> {
             self.statistics.delayed += 1;
             arrival = arrival + fate.extra_delay;
         }
-        let frame = InFlight {
-            arrival,
-            sequence: 0,
-            from,
-            copies,
-            buffer,
-        };
+        let frame = InFlight { from, copies, buffer };
 
         match &mut self.held[from] {
             Some(held) => {
                 // This frame overtakes the held one; the last to overtake lets it go.
                 held.remaining -= 1;
                 let released = held.remaining == 0;
-                self.schedule(frame);
+                self.in_flight.push(arrival, frame);
                 if released {
-                    if let Some(Held { mut frame, .. }) = self.held[from].take() {
-                        frame.arrival = frame.arrival.max(arrival);
-                        self.schedule(frame);
+                    if let Some(held) = self.held[from].take() {
+                        self.held_count -= 1;
+                        self.in_flight.push(held.arrival.max(arrival), held.frame);
                     }
                 }
             }
@@ -540,29 +515,25 @@ impl<P: Port> Fabric<P> {
                 self.held[from] = Some(Held {
                     remaining: fate.hold_behind,
                     deadline: arrival + plan.max_delay,
+                    arrival,
                     frame,
                 });
+                self.held_count += 1;
             }
-            None => self.schedule(frame),
+            None => self.in_flight.push(arrival, frame),
         }
-    }
-
-    fn schedule(&mut self, mut frame: InFlight) {
-        frame.sequence = self.next_sequence;
-        self.next_sequence += 1;
-        self.in_flight.push(Reverse(frame));
     }
 
     /// Lets go the held frames whose sender went quiet, in device order.
     fn release_expired(&mut self, t: Picoseconds) {
+        if self.held_count == 0 {
+            return;
+        }
         for from in 0..self.held.len() {
             if self.held[from].as_ref().is_some_and(|h| h.deadline <= t) {
-                if let Some(Held {
-                    mut frame, deadline, ..
-                }) = self.held[from].take()
-                {
-                    frame.arrival = frame.arrival.max(deadline);
-                    self.schedule(frame);
+                if let Some(held) = self.held[from].take() {
+                    self.held_count -= 1;
+                    self.in_flight.push(held.arrival.max(held.deadline), held.frame);
                 }
             }
         }
@@ -571,10 +542,7 @@ impl<P: Port> Fabric<P> {
     /// Delivers every frame due at or before `t`; returns whether there was one.
     fn deliver_due(&mut self, t: Picoseconds) -> bool {
         let mut delivered = false;
-        while self.in_flight.peek().is_some_and(|Reverse(f)| f.arrival <= t) {
-            let Some(Reverse(frame)) = self.in_flight.pop() else {
-                break;
-            };
+        while let Some((_, frame)) = self.in_flight.pop_due(t) {
             self.deliver(frame);
             delivered = true;
         }
@@ -610,5 +578,15 @@ impl<P: Port> Fabric<P> {
             }
         }
         self.pool.push(buffer);
+    }
+}
+
+/// The earlier of two optional times (`None`: nothing pending).
+#[inline]
+fn earliest(a: Option<Picoseconds>, b: Option<Picoseconds>) -> Option<Picoseconds> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
     }
 }
