@@ -94,24 +94,39 @@ pub trait Port {
     fn recycle_frame(&mut self, buffer: Vec<u8>);
 }
 
+// Inline, reading the scheduler and the transmit queue directly: the fabric asks every
+// device for its next event, moves it and polls it on every step, and across the crate
+// boundary each of those was a call even when the device had nothing to do.
 impl Port for Device {
     fn mac_address(&self) -> [u8; 6] {
         self.config().mac_address
     }
 
+    #[inline]
     fn now(&self) -> Picoseconds {
-        Device::now(self)
+        self.scheduler.now()
     }
 
+    #[inline]
     fn next_event_time(&self) -> Option<Picoseconds> {
-        Device::next_event_time(self)
+        self.scheduler.next_event_time()
     }
 
+    #[inline]
     fn advance_to(&mut self, t: Picoseconds) {
-        Device::advance_to(self, t);
+        if self.scheduler.next_event_time().is_some_and(|next| next <= t) {
+            Device::advance_to(self, t);
+        } else {
+            // Nothing due: only the clock moves, as in `Device::advance_to`.
+            self.scheduler.advance_to(t);
+        }
     }
 
+    #[inline]
     fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        if self.transport.transmitted.is_empty() {
+            return None;
+        }
         Device::poll_transmit(self)
     }
 
@@ -424,6 +439,7 @@ impl<P: Port> Fabric<P> {
     }
 
     /// Takes every frame the devices sent, in device order, and puts it on the wire at `t`.
+    #[inline]
     fn collect(&mut self, t: Picoseconds) {
         for from in 0..self.ports.len() {
             while let Some(frame) = self.ports[from].poll_transmit() {
@@ -446,6 +462,8 @@ impl<P: Port> Fabric<P> {
 
     /// Applies the fault plan to one frame sent by `from` at `t` and schedules what is
     /// left of it.
+    // Out of line: `collect` runs on every step, a frame is launched on few of them.
+    #[inline(never)]
     fn launch(&mut self, from: usize, t: Picoseconds, frame: Vec<u8>) {
         self.statistics.sent += 1;
         if self.capture_on {
