@@ -4,7 +4,7 @@
 //! virtual instant; events at the same instant run in the order they were scheduled, so
 //! the same inputs always give the same sequence.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// A point or span of virtual time, in picoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -55,17 +55,26 @@ impl std::fmt::Display for Picoseconds {
 
 /// Items ordered by time; items with the same time leave in the order they were pushed.
 ///
-/// A deque kept sorted by time. The model mostly schedules in nondecreasing time order
-/// (a stage's end, a frame's arrival one link latency later), so a push is usually an
-/// append, and a pop always takes the front: both O(1), with no sequence number to keep
-/// and no sifting of 30-60 byte entries as a binary heap does. A push earlier than the
-/// back (a short pipeline step while a long timer is pending) is placed by binary search
-/// after every item with the same or an earlier time, which keeps same-time order FIFO;
-/// the deque moves the shorter side, which for the usual "earlier than a few far timers"
-/// case is the few entries behind it.
+/// Mostly a deque kept sorted by time. The model mostly schedules in nondecreasing time
+/// order (a stage's end, a frame's arrival one link latency later), or sooner than
+/// everything pending (a pipeline step while frames wait for the receive pipeline), so a
+/// push is usually an append or a push at the front and a pop takes the front: O(1)
+/// each, with no sequence number and no sifting of 30-60 byte entries as a binary heap
+/// does. A push that belongs among the last few items steps past them from the back.
+/// Anything else (a timer among thousands of other QPs' timers) goes to an ordered map
+/// on the side, so no push costs more than O(log n) however a driver spreads its timers.
+///
+/// The deque's head is always the earliest item (a pop moves the side's first item to
+/// the head when it is due first), so looking at the next time never looks aside.
+/// Same-time order across the two: every deque item at a time was pushed before every
+/// side item at that time (a push goes to the side if the side holds its time), so on a
+/// tie the deque's item comes first.
 #[derive(Debug, Clone)]
 pub struct TimeQueue<T> {
-    entries: VecDeque<(Picoseconds, T)>,
+    sorted: VecDeque<(Picoseconds, T)>,
+    /// Far-from-the-ends pushes, by (time, push number).
+    overflow: BTreeMap<(Picoseconds, u64), T>,
+    overflow_pushes: u64,
 }
 
 impl<T> Default for TimeQueue<T> {
@@ -75,81 +84,120 @@ impl<T> Default for TimeQueue<T> {
 }
 
 impl<T> TimeQueue<T> {
-    /// How many later items a push steps past one by one before it binary-searches.
+    /// How many later items a push steps past in the deque before it goes to the side.
     const NEAR: usize = 8;
 
     /// An empty queue.
     pub const fn new() -> Self {
         Self {
-            entries: VecDeque::new(),
+            sorted: VecDeque::new(),
+            overflow: BTreeMap::new(),
+            overflow_pushes: 0,
         }
     }
 
     /// Adds `item` at `at`, behind every item at `at` or earlier.
+    #[inline]
     pub fn push(&mut self, at: Picoseconds, item: T) {
-        let (Some((first, _)), Some((last, _))) = (self.entries.front(), self.entries.back()) else {
-            self.entries.push_back((at, item));
+        if !self.overflow.is_empty() && self.overflow.range((at, 0)..=(at, u64::MAX)).next().is_some() {
+            self.push_overflow(at, item);
+            return;
+        }
+        let (Some((first, _)), Some((last, _))) = (self.sorted.front(), self.sorted.back()) else {
+            self.sorted.push_back((at, item));
             return;
         };
         if *last <= at {
-            self.entries.push_back((at, item));
+            self.sorted.push_back((at, item));
             return;
         }
         if *first > at {
-            // Sooner than everything pending: a pipeline step while frames wait for the
-            // receive pipeline, or while a timer runs.
-            self.entries.push_front((at, item));
+            self.sorted.push_front((at, item));
             return;
         }
-        // In between: usually only a timer or two far ahead are later, so step the new
-        // item past them from the back; past `NEAR` items, place it by binary search in
-        // one move instead.
-        self.entries.push_back((at, item));
-        let mut index = self.entries.len() - 1;
-        let floor = index.saturating_sub(Self::NEAR);
-        while index > floor && self.entries[index - 1].0 > at {
-            self.entries.swap(index - 1, index);
-            index -= 1;
+        self.push_between(at, item);
+    }
+
+    /// A push strictly between the deque's head and back.
+    fn push_between(&mut self, at: Picoseconds, item: T) {
+        let later = self
+            .sorted
+            .iter()
+            .rev()
+            .take(Self::NEAR + 1)
+            .take_while(|(t, _)| *t > at)
+            .count();
+        if later > Self::NEAR {
+            self.push_overflow(at, item);
+            return;
         }
-        if index > 0 && self.entries[index - 1].0 > at {
-            if let Some(entry) = self.entries.remove(index) {
-                let place = self.entries.partition_point(|(t, _)| *t <= at);
-                self.entries.insert(place, entry);
+        self.sorted.push_back((at, item));
+        let last = self.sorted.len() - 1;
+        for index in (last - later..last).rev() {
+            self.sorted.swap(index, index + 1);
+        }
+    }
+
+    fn push_overflow(&mut self, at: Picoseconds, item: T) {
+        self.overflow.insert((at, self.overflow_pushes), item);
+        self.overflow_pushes += 1;
+    }
+
+    /// Time of the earliest item.
+    #[inline]
+    pub fn peek_time(&self) -> Option<Picoseconds> {
+        self.sorted.front().map(|(at, _)| *at)
+    }
+
+    /// Removes and returns the earliest item (the first pushed among the earliest).
+    #[inline]
+    pub fn pop(&mut self) -> Option<(Picoseconds, T)> {
+        let earliest = self.sorted.pop_front();
+        if !self.overflow.is_empty() {
+            self.refill_head();
+        }
+        earliest
+    }
+
+    /// Keeps the deque's head the earliest item after a pop: the side's first item moves
+    /// to the head if it is earlier than the new head (on a tie the deque's item was
+    /// pushed first), or if the deque ran empty.
+    fn refill_head(&mut self) {
+        let side_first = match (self.sorted.front(), self.overflow.first_key_value()) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some((head, _)), Some(((side, _), _))) => side < head,
+        };
+        if side_first {
+            if let Some(((at, _), item)) = self.overflow.pop_first() {
+                self.sorted.push_front((at, item));
             }
         }
     }
 
-    /// Time of the earliest item.
-    pub fn peek_time(&self) -> Option<Picoseconds> {
-        self.entries.front().map(|(at, _)| *at)
-    }
-
-    /// Removes and returns the earliest item (the first pushed among the earliest).
-    pub fn pop(&mut self) -> Option<(Picoseconds, T)> {
-        self.entries.pop_front()
-    }
-
     /// Removes and returns the earliest item if it is due at or before `limit`.
+    #[inline]
     pub fn pop_due(&mut self, limit: Picoseconds) -> Option<(Picoseconds, T)> {
         if self.peek_time()? > limit {
             return None;
         }
-        self.entries.pop_front()
+        self.pop()
     }
 
     /// Number of items.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.sorted.len() + self.overflow.len()
     }
 
     /// Whether the queue is empty.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.sorted.is_empty() && self.overflow.is_empty()
     }
 
     /// Drops every item.
     pub fn clear(&mut self) {
-        self.entries.clear();
+        self.sorted.clear();
+        self.overflow.clear();
     }
 }
 
@@ -192,12 +240,14 @@ impl<E> Scheduler<E> {
     }
 
     /// Time of the earliest pending event.
+    #[inline]
     pub fn next_event_time(&self) -> Option<Picoseconds> {
         self.queue.peek_time()
     }
 
     /// Removes and returns the earliest event due at or before `limit`, moving `now` to
     /// its time.
+    #[inline]
     pub fn pop_due(&mut self, limit: Picoseconds) -> Option<E> {
         let (at, event) = self.queue.pop_due(limit)?;
         self.now = at;
@@ -345,6 +395,29 @@ mod tests {
             assert_eq!(queue.pop(), Some((Picoseconds(at), n)), "seed {seed}");
         }
         assert_eq!(queue.pop(), None);
+    }
+
+    #[test]
+    fn far_middle_pushes_go_aside_and_still_leave_in_time_then_push_order() {
+        let mut q = TimeQueue::new();
+        // Twenty far timers, then pushes that belong in the middle of them (more than
+        // `NEAR` later items: they go aside), then pushes at the same times that would
+        // otherwise fit in the deque (they must still leave after the earlier ones).
+        for n in 0..20u64 {
+            q.push(Picoseconds(1_000 + n * 100), n);
+        }
+        q.push(Picoseconds(1_050), 100);
+        q.push(Picoseconds(1_050), 101);
+        q.push(Picoseconds(1_000), 102);
+        q.push(Picoseconds(2_900), 103);
+        q.push(Picoseconds(5), 104);
+        let order: Vec<_> = std::iter::from_fn(|| q.pop()).map(|(at, n)| (at.0, n)).collect();
+        let mut expected: Vec<_> = (0..20u64).map(|n| (1_000 + n * 100, n)).collect();
+        expected.extend([(1_050, 100), (1_050, 101), (1_000, 102), (2_900, 103), (5, 104)]);
+        // Time, then push order: a stable sort by time of the push sequence.
+        expected.sort_by_key(|&(at, _)| at);
+        assert_eq!(order, expected);
+        assert!(q.is_empty());
     }
 
     #[test]
