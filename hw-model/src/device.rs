@@ -16,7 +16,7 @@ use crate::eq::EventQueues;
 use crate::fast_hash::FastHashMap;
 use crate::firmware::Rejection;
 use crate::firmware::{CommandQueue, Firmware};
-use crate::hem::ContextTable;
+use crate::hem::{ContextCache, ContextTable};
 use crate::interrupt::InterruptSink;
 use crate::memory::{AccessKind, HostMemory, MemoryError};
 use crate::mtt::{Mtr, MttError, TranslationCache};
@@ -132,6 +132,10 @@ pub struct Device {
     pub(crate) mpt_cache: FastHashMap<u32, Mpt>,
     /// The MTT cache: page translations, forgotten with the MPT cache.
     pub(crate) translations: TranslationCache,
+    /// The QPC and CQC cache (hns keeps both on chip): contexts the device read, written
+    /// back to host memory lazily, before anything can look at host memory's copy (see
+    /// [`Device::write_back_contexts`]).
+    pub(crate) context_cache: ContextCache,
 }
 
 impl std::fmt::Debug for Device {
@@ -186,6 +190,7 @@ impl Device {
             counters: Counters::default(),
             mpt_cache: FastHashMap::default(),
             translations: TranslationCache::default(),
+            context_cache: ContextCache::default(),
             config,
         }
     }
@@ -374,6 +379,9 @@ impl Device {
 
     /// Writes configuration space.
     pub fn config_write(&mut self, offset: usize, data: &[u8]) {
+        // The write may turn bus mastering off: the cached contexts go back first.
+        self.write_back_contexts();
+        self.context_cache.clear();
         let was_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
         self.config_space.write(offset, data);
         let now_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
@@ -566,6 +574,9 @@ impl Device {
     /// pending event; keeps configuration space and the MSI-X table.
     fn function_reset(&mut self) {
         tracing::info!(target: "rnic::device", "function reset");
+        // Host memory keeps the progress the device made before the reset.
+        self.write_back_contexts();
+        self.context_cache.clear();
         self.scheduler.clear();
         self.cmdq = CommandQueue::default();
         self.firmware = Firmware::new(&self.config);
@@ -711,6 +722,8 @@ impl Device {
     /// cached page translations: the driver may have changed host BT pages or contexts
     /// before any command or mailbox (see `hem`).
     pub(crate) fn forget_context_caches(&mut self) {
+        self.write_back_contexts();
+        self.context_cache.clear();
         self.tables.qpc.forget_locations();
         self.tables.mpt.forget_locations();
         self.tables.cqc.forget_locations();
@@ -744,18 +757,53 @@ impl Device {
         Ok(mpt)
     }
 
-    /// Reads object `index`'s context from host memory; returns it and its bus address.
+    /// Reads object `index`'s context (a QPC or CQC from the context cache, else from
+    /// host memory); returns it and its bus address.
     pub(crate) fn read_context<L: Layout>(&mut self, table: ContextTableId, index: u32) -> Result<(L, u64), Rejection> {
         let address = self.context_address(table, index)?;
         let mut context = L::zeroed();
+        let cached = matches!(table, ContextTableId::Qpc | ContextTableId::Cqc);
+        if cached {
+            if let Some(bytes) = self.context_cache.lookup(address, L::SIZE) {
+                context.bytes_mut().copy_from_slice(bytes);
+                return Ok((context, address));
+            }
+        }
         self.dma_read(address, context.bytes_mut())
             .map_err(|e| Rejection::dma("context", address, e))?;
+        if cached {
+            if self.context_cache.is_full() {
+                self.write_back_contexts();
+                self.context_cache.clear();
+            }
+            self.context_cache.fill(address, context.bytes());
+        }
         Ok((context, address))
     }
 
-    /// Writes a context back to host memory.
+    /// Writes a context: into the context cache when it holds the context and host
+    /// memory has taken a write there before, else to host memory.
     pub(crate) fn write_context<L: Layout>(&mut self, address: u64, context: &L) -> Result<(), Rejection> {
+        // The cache is empty while bus mastering is off (see `config_write`).
+        if self.context_cache.absorb(address, context.bytes()) {
+            return Ok(());
+        }
         self.dma_write(address, context.bytes())
-            .map_err(|e| Rejection::dma("context", address, e))
+            .map_err(|e| Rejection::dma("context", address, e))?;
+        self.context_cache.written_through(address, context.bytes());
+        Ok(())
+    }
+
+    /// Writes the cached contexts that are newer than host memory back to it: before a
+    /// firmware command or mailbox runs and before it completes, before a configuration
+    /// write (which may end bus mastering), before a function reset, and when the cache
+    /// is full. A write-back that fails is counted as a DMA error.
+    pub(crate) fn write_back_contexts(&mut self) {
+        if !self.context_cache.has_dirty() {
+            return;
+        }
+        for (address, bytes) in self.context_cache.take_dirty() {
+            let _ = self.dma_write(address, &bytes);
+        }
     }
 }

@@ -569,3 +569,46 @@ fn solicited_events_reach_a_solicited_only_arm() {
     assert_eq!(c.pair.b().interrupts.count(2), before + 1, "solicited: one event");
     assert_eq!(c.cqes_b().len(), 2);
 }
+
+/// The engines keep their per-message progress in the device's QPC cache: every mailbox
+/// sees it on both sides, and a QP taken to RESET starts over from the context the
+/// mailbox wrote, not from a cached copy.
+#[test]
+fn mailboxes_see_the_engines_progress_and_a_reset_qp_starts_over() {
+    use rnic_firmware_if::context::{QpState, Qpc};
+    use rnic_firmware_if::mailbox::{MailboxCompletion, MailboxOpcode};
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
+    let (ma, mb) = (c.ma, c.mb);
+    for i in 0..4u64 {
+        c.send_a(&SendRequest::rdma(
+            SqOpcode::RdmaWrite,
+            vec![ma.sge(i * 100, 100)],
+            mb.at(i * 100),
+            mb.key,
+        ));
+    }
+    c.run();
+    assert_eq!(c.cqes_a().len(), 4);
+    let (_, requester) = c.pair.a().query::<Qpc>(MailboxOpcode::QueryQpc, 0x10);
+    assert_eq!(
+        (requester.sq_consumer_index(), requester.rx_ack_expected_psn()),
+        (4, 4),
+        "all four WRITEs acknowledged"
+    );
+    let (_, responder) = c.pair.b().query::<Qpc>(MailboxOpcode::QueryQpc, 0x20);
+    assert_eq!(
+        (responder.rx_request_expected_psn(), responder.rx_request_msn()),
+        (4, 4),
+        "all four WRITEs executed"
+    );
+
+    assert_eq!(c.pair.a().move_qp(0x10, QpState::Err), MailboxCompletion::Success);
+    assert_eq!(c.pair.a().move_qp(0x10, QpState::Reset), MailboxCompletion::Success);
+    let (_, reset) = c.pair.a().query::<Qpc>(MailboxOpcode::QueryQpc, 0x10);
+    assert_eq!(reset.qp_state(), Ok(QpState::Reset));
+    assert_eq!(
+        (reset.sq_producer_index(), reset.sq_consumer_index()),
+        (0, 0),
+        "RESET clears the indices the engines advanced"
+    );
+}

@@ -6,10 +6,12 @@ use rnic_firmware_if::context::{CqArmState, CqState, Cqc, CqeSize};
 use rnic_firmware_if::cqe::{cqe_is_valid, Cqe, CqeStatus};
 use rnic_firmware_if::doorbell::CqDoorbell;
 use rnic_firmware_if::mailbox::MailboxCompletion;
+use rnic_firmware_if::pci::COMMAND_MEMORY_SPACE;
+use rnic_firmware_if::regs;
 
 use super::CqError;
 use crate::diagnostics::Source;
-use crate::eq::harness::{cqc, cqe_buffer, Bench, RECORDS};
+use crate::eq::harness::{cqc, cqe_buffer, Bench, CQC_TABLE, RECORDS};
 use crate::firmware::Rejection;
 
 /// A bench with CEQ 0 (16 entries) and the AEQ (16 entries) created.
@@ -507,4 +509,87 @@ fn destroy_cq_invalidates_the_context_in_host_memory() {
     );
     // The number can be reused.
     bench.device.create_cq(1, cqc(1, 4, CqeSize::Bytes64, 0)).unwrap();
+}
+
+// ---- the CQC cache: host memory's copy is current whenever the driver can look ---------
+
+/// The CQC of `cqn` exactly as host memory holds it now (no write-back first).
+fn cqc_in_host_memory(bench: &Bench, cqn: u32) -> Cqc {
+    Cqc::parse(&bench.read(CQC_TABLE + 64 * u64::from(cqn), 64)).expect("64 bytes")
+}
+
+#[test]
+fn completions_reach_the_cqc_in_host_memory_before_a_mailbox_runs() {
+    let mut bench = bench_with_cq(2, 3);
+    for index in 0..5 {
+        bench.device.post_cqe(2, cqe(0x11, index), false).unwrap();
+    }
+    // The firmware's mailbox step (nothing queued): the device writes back first.
+    bench.device.complete_mailbox();
+    assert_eq!(cqc_in_host_memory(&bench, 2).producer_index(), 5);
+}
+
+#[test]
+fn a_function_reset_leaves_the_cached_progress_in_host_memory() {
+    let mut bench = bench_with_cq(2, 3);
+    for index in 0..3 {
+        bench.device.post_cqe(2, cqe(0x11, index), false).unwrap();
+    }
+    bench
+        .device
+        .bar_write(regs::CONTROL_BAR, regs::FUNCTION_RESET, &1u32.to_le_bytes());
+    assert_eq!(cqc_in_host_memory(&bench, 2).producer_index(), 3);
+    assert!(bench.device.context_cache.is_empty(), "a reset forgets every context");
+}
+
+#[test]
+fn turning_bus_mastering_off_writes_the_cached_cqc_back_first() {
+    let mut bench = bench_with_cq(2, 3);
+    for index in 0..3 {
+        bench.device.post_cqe(2, cqe(0x11, index), false).unwrap();
+    }
+    bench.device.config_write(
+        rnic_firmware_if::pci::offset::COMMAND,
+        &COMMAND_MEMORY_SPACE.to_le_bytes(),
+    );
+    assert_eq!(cqc_in_host_memory(&bench, 2).producer_index(), 3);
+    let error = bench.device.post_cqe(2, cqe(0x11, 3), false).unwrap_err();
+    assert!(
+        matches!(error, CqError::Context { cqn: 2, .. }),
+        "no context without bus mastering, cached or not: {error:?}"
+    );
+}
+
+#[test]
+fn after_a_mailbox_the_device_reads_the_cqc_from_host_memory_again() {
+    let mut bench = bench_with_cq(2, 3);
+    bench.device.post_cqe(2, cqe(0x11, 0), false).unwrap();
+    bench.device.complete_mailbox();
+    // Cached again, and written through: host memory is as current as the cache.
+    bench.device.post_cqe(2, cqe(0x11, 1), false).unwrap();
+    assert_eq!(cqc_in_host_memory(&bench, 2).producer_index(), 2);
+    // The driver tears the CQ down in host memory; the next mailbox makes the device look.
+    let mut destroyed = cqc_in_host_memory(&bench, 2);
+    destroyed.set_cq_state(CqState::Invalid);
+    bench.write(CQC_TABLE + 64 * 2, destroyed.bytes());
+    bench.device.complete_mailbox();
+    let error = bench.device.post_cqe(2, cqe(0x11, 2), false).unwrap_err();
+    assert!(matches!(error, CqError::Invalid { cqn: 2 }), "{error:?}");
+}
+
+#[test]
+fn a_cqc_the_device_updated_since_the_last_mailbox_is_served_from_its_cache() {
+    let mut bench = bench_with_cq(2, 3);
+    for index in 0..3 {
+        bench.device.post_cqe(2, cqe(0x11, index), false).unwrap();
+    }
+    // A set-CI doorbell sees the producer index of the completions just written.
+    bench.cq_doorbell(CqDoorbell::update(2, 3));
+    assert_eq!(
+        bench.device.counters().doorbells,
+        1,
+        "CI 3 is not beyond the producer index"
+    );
+    assert_eq!(bench.cqc(2).consumer_index(), 3);
+    assert_eq!(bench.cqc(2).producer_index(), 3);
 }

@@ -188,8 +188,10 @@ impl Bench {
         Aeqe::parse(&self.read(AEQ_BUFFER + 16 * slot, 16)).expect("16 bytes")
     }
 
-    /// The CQC of `cqn` as it is in host memory.
-    pub(crate) fn cqc(&self, cqn: u32) -> Cqc {
+    /// The CQC of `cqn` as it is in host memory once the device has written its cached
+    /// contexts back (as it does before any command or mailbox the driver could ask with).
+    pub(crate) fn cqc(&mut self, cqn: u32) -> Cqc {
+        self.device.write_back_contexts();
         Cqc::parse(&self.read(CQC_TABLE + 64 * u64::from(cqn), 64)).expect("64 bytes")
     }
 }

@@ -166,6 +166,8 @@ impl Device {
         } else {
             self.execute_command(&mut chain)
         };
+        // The command's context changes reach host memory before it completes.
+        self.write_back_contexts();
         for (descriptor, address) in chain.iter_mut().zip(&slots) {
             descriptor.set_return_value(code as u16);
             descriptor.set_flags_raw(descriptor.flags_raw() | DescriptorFlags::OUT.bits());

@@ -39,6 +39,8 @@ impl Device {
                 },
             )),
         };
+        // The command's context changes reach host memory before it completes.
+        self.write_back_contexts();
         let status = match result {
             Ok(()) => MailboxCompletion::Success,
             Err((opcode, rejection)) => {

@@ -37,8 +37,11 @@ use rnic_firmware_if::mtr::{BT_ENTRY_SIZE, MAX_HOP, MIN_PAGE_SHIFT};
 use crate::fast_hash::FastHashMap;
 use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
 
+mod cache;
 #[cfg(test)]
 mod tests;
+
+pub use cache::{ContextCache, CONTEXT_CACHE_CAPACITY};
 
 pub use rnic_firmware_if::mtr::{MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
 /// Required alignment of BT page and buffer chunk addresses.
