@@ -760,6 +760,10 @@ impl Device {
     /// Reads object `index`'s context (a QPC or CQC from the context cache, else from
     /// host memory); returns it and its bus address.
     pub(crate) fn read_context<L: Layout>(&mut self, table: ContextTableId, index: u32) -> Result<(L, u64), Rejection> {
+        if table == ContextTableId::Qpc && !self.transport.qpc_progress.is_empty() {
+            // Whoever reads a QPC sees the engines' recorded progress in it.
+            self.apply_qpc_progress(index);
+        }
         let address = self.context_address(table, index)?;
         let mut context = L::zeroed();
         let cached = matches!(table, ContextTableId::Qpc | ContextTableId::Cqc);
@@ -773,7 +777,8 @@ impl Device {
             .map_err(|e| Rejection::dma("context", address, e))?;
         if cached {
             if self.context_cache.is_full() {
-                self.write_back_contexts();
+                // Recorded QP progress stays recorded: it is applied through this cache.
+                self.write_back_dirty_contexts();
                 self.context_cache.clear();
             }
             self.context_cache.fill(address, context.bytes());
@@ -794,11 +799,18 @@ impl Device {
         Ok(())
     }
 
-    /// Writes the cached contexts that are newer than host memory back to it: before a
+    /// Applies the QPs' recorded progress to their QPCs, then writes the cached contexts
+    /// that are newer than host memory back to it: before a
     /// firmware command or mailbox runs and before it completes, before a configuration
     /// write (which may end bus mastering), before a function reset, and when the cache
     /// is full. A write-back that fails is counted as a DMA error.
     pub(crate) fn write_back_contexts(&mut self) {
+        self.apply_all_qpc_progress();
+        self.write_back_dirty_contexts();
+    }
+
+    /// Writes the dirty cached contexts back to host memory.
+    fn write_back_dirty_contexts(&mut self) {
         if !self.context_cache.has_dirty() {
             return;
         }

@@ -50,6 +50,7 @@ use rnic_firmware_if::mailbox::ContextTable;
 
 use crate::device::{Device, Event};
 use crate::diagnostics::Source;
+use crate::fast_hash::FastHashMap;
 use crate::time::Picoseconds;
 use crate::timing::{FrameCharges, Stage};
 use crate::wire;
@@ -131,6 +132,26 @@ pub struct TransportCounters {
     pub responses_dropped: u64,
 }
 
+/// The SQ half of a QP's recorded progress (only while it sends, in RTS).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SqProgress {
+    consumer: u16,
+    next_psn: u32,
+    una_psn: u32,
+    retry_left: u8,
+    rnr_left: u8,
+}
+
+/// A QP's progress as [`Device::sync_qpc`] recorded it, not yet in its QPC.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QpcProgress {
+    sending: Option<SqProgress>,
+    epsn: u32,
+    msn: u32,
+    psn_error: bool,
+    rq_consumer: u16,
+}
+
 /// The transport's device-wide state.
 #[derive(Debug)]
 pub(crate) struct Transport {
@@ -160,6 +181,8 @@ pub(crate) struct Transport {
     pub ipv4_identification: u16,
     /// Source of timer generations (never reused, so a stale timer is always ignored).
     pub generation: u64,
+    /// Progress recorded for QPCs and not yet written into them, by QPN.
+    pub qpc_progress: FastHashMap<u32, QpcProgress>,
     pub counters: TransportCounters,
 }
 
@@ -186,6 +209,7 @@ impl Transport {
             pool: Vec::with_capacity(64),
             ipv4_identification: 0,
             generation: 0,
+            qpc_progress: FastHashMap::default(),
             counters: TransportCounters::default(),
         }
     }
@@ -785,44 +809,73 @@ impl Device {
         let _ = self.post_cqe(config.send_cq, cqe, false);
     }
 
-    /// Writes the engines' progress into the QPC fields hns names, so QUERY_QPC shows it
-    /// and the doorbell and flush logic see the current consumer indices.
+    /// Records the engines' progress for the QPC fields hns names (consumer indices,
+    /// PSNs, MSN, retry counters). Like the hns QPC cache, the device does not write the
+    /// context at once: the progress goes into the QPC before anything reads it (QUERY_QPC,
+    /// MODIFY, a doorbell, the flush: see [`Device::read_context`]) and before the context
+    /// cache is written back, with exactly the values of this moment.
     pub(crate) fn sync_qpc(&mut self, qpn: u32) {
         let Some(runtime) = self.transport.qps.get(&qpn) else {
             return;
         };
         let requester = &runtime.requester;
         let responder = &runtime.responder;
-        let sending = runtime.state == QpState::Rts;
-        let (sq_consumer, next_psn, una_psn, retry_left, rnr_left) = (
-            requester.consumer(),
-            requester.next_psn,
-            requester.una_psn,
-            requester.retry_left,
-            requester.rnr_left,
-        );
-        let (epsn, msn, psn_error, rq_consumer) = (
-            responder.epsn,
-            responder.msn,
-            responder.psn_error_sent,
-            responder.rq_consumer,
-        );
+        let sending = (runtime.state == QpState::Rts).then(|| SqProgress {
+            consumer: requester.consumer(),
+            next_psn: requester.next_psn,
+            una_psn: requester.una_psn,
+            retry_left: requester.retry_left,
+            rnr_left: requester.rnr_left,
+        });
+        let mut progress = QpcProgress {
+            sending,
+            epsn: responder.epsn,
+            msn: responder.msn,
+            psn_error: responder.psn_error_sent,
+            rq_consumer: responder.rq_consumer,
+        };
+        if let Some(earlier) = self.transport.qpc_progress.insert(qpn, progress) {
+            if progress.sending.is_none() && earlier.sending.is_some() {
+                // A QP that stopped sending keeps the SQ fields it last recorded.
+                progress.sending = earlier.sending;
+                self.transport.qpc_progress.insert(qpn, progress);
+            }
+        }
+    }
+
+    /// Writes QP `qpn`'s recorded progress (if any) into its QPC.
+    pub(crate) fn apply_qpc_progress(&mut self, qpn: u32) {
+        let Some(progress) = self.transport.qpc_progress.remove(&qpn) else {
+            return;
+        };
         let Ok((mut qpc, address)) = self.read_context::<Qpc>(ContextTable::Qpc, qpn) else {
             return;
         };
-        if sending {
-            qpc.set_sq_consumer_index(sq_consumer);
-            qpc.set_sq_current_psn(next_psn);
-            qpc.set_sq_max_psn(next_psn);
-            qpc.set_rx_ack_expected_psn(una_psn);
-            qpc.set_retry_count(retry_left);
-            qpc.set_rnr_retry_count(rnr_left);
+        if let Some(sq) = progress.sending {
+            qpc.set_sq_consumer_index(sq.consumer);
+            qpc.set_sq_current_psn(sq.next_psn);
+            qpc.set_sq_max_psn(sq.next_psn);
+            qpc.set_rx_ack_expected_psn(sq.una_psn);
+            qpc.set_retry_count(sq.retry_left);
+            qpc.set_rnr_retry_count(sq.rnr_left);
         }
-        qpc.set_rx_request_expected_psn(epsn);
-        qpc.set_rx_request_msn(msn);
-        qpc.set_rx_request_psn_error(psn_error);
-        qpc.set_rq_consumer_index(rq_consumer);
+        qpc.set_rx_request_expected_psn(progress.epsn);
+        qpc.set_rx_request_msn(progress.msn);
+        qpc.set_rx_request_psn_error(progress.psn_error);
+        qpc.set_rq_consumer_index(progress.rq_consumer);
         let _ = self.write_context(address, &qpc);
+    }
+
+    /// Writes every QP's recorded progress into its QPC, in QPN order.
+    pub(crate) fn apply_all_qpc_progress(&mut self) {
+        if self.transport.qpc_progress.is_empty() {
+            return;
+        }
+        let mut qpns: Vec<u32> = self.transport.qpc_progress.keys().copied().collect();
+        qpns.sort_unstable();
+        for qpn in qpns {
+            self.apply_qpc_progress(qpn);
+        }
     }
 
     /// The requester cannot go on: WQEs before `failed` in the window complete with
