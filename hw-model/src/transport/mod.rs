@@ -167,8 +167,9 @@ pub(crate) struct Transport {
     pub port_free: Picoseconds,
     /// The PCIe read channel (completions to the device) is busy until then.
     pub pcie_read_free: Picoseconds,
-    /// Received frames in the receive pipeline, with the time the engines process them.
-    pub rx_queue: VecDeque<(Picoseconds, Vec<u8>)>,
+    /// Received frames in the receive pipeline, with the time the engines process them
+    /// and the destination QPN the pipeline read from the BTH.
+    pub rx_queue: VecDeque<(Picoseconds, u32, Vec<u8>)>,
     /// The receive pipeline's PCIe write channel is busy until then.
     pub rx_free: Picoseconds,
     /// Processing time of the last received frame (frames are processed in order).
@@ -261,10 +262,10 @@ impl Device {
     /// process it when it has been through the receive pipeline (at once with zero
     /// receive-side costs, e.g. the `ideal` preset).
     pub fn receive_frame(&mut self, frame: &[u8]) {
-        if let Some(due) = self.admit_frame(frame) {
+        if let Some((due, qpn)) = self.admit_frame(frame) {
             let mut buffer = self.transport.take_buffer();
             buffer.extend_from_slice(frame);
-            self.queue_frame(due, buffer);
+            self.queue_frame(due, qpn, buffer);
         }
     }
 
@@ -274,20 +275,20 @@ impl Device {
     pub fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
         match self.admit_frame(&frame) {
             None => frame,
-            Some(due) => {
+            Some((due, qpn)) => {
                 // Not cleared: the buffer ends up under a transmitted frame, and
                 // `emit_frame_overwriting` reaches the frame's length without a memset
                 // only if the old bytes are still there.
                 let spare = self.transport.take_frame_buffer();
-                self.queue_frame(due, frame);
+                self.queue_frame(due, qpn, frame);
                 spare
             }
         }
     }
 
     /// Charges a received frame's receive-side costs; processes it at once when it is
-    /// due now and nothing is queued (then None), or returns when it is due.
-    fn admit_frame(&mut self, frame: &[u8]) -> Option<Picoseconds> {
+    /// due now and nothing is queued (then None), or returns when it is due and its QPN.
+    fn admit_frame(&mut self, frame: &[u8]) -> Option<(Picoseconds, u32)> {
         self.transport.counters.frames_received += 1;
         let now = self.now();
         let params = *self.timing.params();
@@ -320,12 +321,12 @@ impl Device {
             self.process_frame(info.qpn, frame);
             return None;
         }
-        Some(due)
+        Some((due, info.qpn))
     }
 
     /// Queues an admitted frame for the receive pipeline event at `due`.
-    fn queue_frame(&mut self, due: Picoseconds, frame: Vec<u8>) {
-        self.transport.rx_queue.push_back((due, frame));
+    fn queue_frame(&mut self, due: Picoseconds, qpn: u32, frame: Vec<u8>) {
+        self.transport.rx_queue.push_back((due, qpn, frame));
         self.scheduler.schedule_at(due, Event::TransportRx);
     }
 
@@ -335,12 +336,12 @@ impl Device {
             .transport
             .rx_queue
             .front()
-            .is_some_and(|(due, _)| *due <= self.now())
+            .is_some_and(|(due, _, _)| *due <= self.now())
         {
-            let Some((_, frame)) = self.transport.rx_queue.pop_front() else {
+            let Some((_, qpn, frame)) = self.transport.rx_queue.pop_front() else {
                 break;
             };
-            self.process_frame(classify(&frame).qpn, &frame);
+            self.process_frame(qpn, &frame);
             self.transport.give_buffer(frame);
         }
     }
