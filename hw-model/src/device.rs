@@ -136,6 +136,9 @@ pub struct Device {
     /// back to host memory lazily, before anything can look at host memory's copy (see
     /// [`Device::write_back_contexts`]).
     pub(crate) context_cache: ContextCache,
+    /// CQN → the CQ's context address and CQE buffer translation, forgotten with the
+    /// context cache and at CREATE/DESTROY_CQC (see `cq`).
+    pub(crate) cq_buffers: FastHashMap<u32, crate::cq::CqBuffer>,
 }
 
 impl std::fmt::Debug for Device {
@@ -191,6 +194,7 @@ impl Device {
             mpt_cache: FastHashMap::default(),
             translations: TranslationCache::default(),
             context_cache: ContextCache::default(),
+            cq_buffers: FastHashMap::default(),
             config,
         }
     }
@@ -382,6 +386,7 @@ impl Device {
         // The write may turn bus mastering off: the cached contexts go back first.
         self.write_back_contexts();
         self.context_cache.clear();
+        self.cq_buffers.clear();
         let was_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
         self.config_space.write(offset, data);
         let now_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
@@ -577,6 +582,7 @@ impl Device {
         // Host memory keeps the progress the device made before the reset.
         self.write_back_contexts();
         self.context_cache.clear();
+        self.cq_buffers.clear();
         self.scheduler.clear();
         self.cmdq = CommandQueue::default();
         self.firmware = Firmware::new(&self.config);
@@ -724,6 +730,7 @@ impl Device {
     pub(crate) fn forget_context_caches(&mut self) {
         self.write_back_contexts();
         self.context_cache.clear();
+        self.cq_buffers.clear();
         self.tables.qpc.forget_locations();
         self.tables.mpt.forget_locations();
         self.tables.cqc.forget_locations();

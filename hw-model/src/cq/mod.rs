@@ -1,9 +1,11 @@
 //! Completion queues (hns §8, §13.1, §6.1): CQ contexts, CQE writing, arming and the CQ
 //! doorbells.
 //!
-//! CQ contexts live in the CQC table in host memory and **host memory is the truth**: the
-//! device keeps no CQ state of its own; every operation reads the CQC, acts, and writes
-//! it back.
+//! CQ contexts live in the CQC table in host memory: every operation reads the CQC, acts,
+//! and writes it back, through the device's context cache (the hns CQC cache, see
+//! [`crate::hem::ContextCache`]), which is written back before any command or mailbox.
+//! For completions the device also remembers each CQ's context address and CQE buffer
+//! translation root ([`CqBuffer`]) until the next command, mailbox, create or destroy.
 //!
 //! * A CQE goes to `(pi & (depth − 1)) × size` of the CQE buffer (translated through the
 //!   CQC's MTR) with the owner bit of [`owner_bit_for_producer`]; `CQ_PRODUCER_IDX` then
@@ -105,6 +107,16 @@ fn cq_mtr(cqc: &Cqc) -> Mtr {
     )
 }
 
+/// What a completion needs of a CQ besides its (cached) context: where the context is
+/// and how its CQE buffer is translated. Both change only with a BT change or a new
+/// context (CREATE/DESTROY_CQC), so the device keeps them until the next command, mailbox,
+/// configuration write or reset, like the context cache.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CqBuffer {
+    context_address: u64,
+    mtr: Mtr,
+}
+
 /// Whether a CQ in this state exists (valid, overflowed or failed) and so must be
 /// destroyed before the number is reused.
 fn in_use(cqc: &Cqc) -> bool {
@@ -119,6 +131,21 @@ impl Device {
             return Err(Rejection::index(cqn.into(), num_cqs.into()));
         }
         self.read_context::<Cqc>(ContextTable::Cqc, cqn)
+    }
+
+    /// [`cq_context`](Self::cq_context) for a completion: with the CQE buffer's
+    /// translation when the device remembers the CQ and still caches its context.
+    fn completion_cq_context(&mut self, cqn: u32) -> Result<(Cqc, u64, Option<Mtr>), Rejection> {
+        if let Some(buffer) = self.cq_buffers.get(&cqn) {
+            // The buffers are forgotten whenever bus mastering may have gone off.
+            if let Some(bytes) = self.context_cache.lookup(buffer.context_address, Cqc::SIZE) {
+                let mut cqc = Cqc::zeroed();
+                cqc.bytes_mut().copy_from_slice(bytes);
+                return Ok((cqc, buffer.context_address, Some(buffer.mtr)));
+            }
+        }
+        let (cqc, address) = self.cq_context(cqn)?;
+        Ok((cqc, address, None))
     }
 
     /// Checks a CQC from CREATE_CQC against the capabilities and the EQs.
@@ -232,6 +259,7 @@ impl Device {
         let mut context = cqc;
         context.set_producer_index(0);
         context.set_consumer_index(0);
+        self.cq_buffers.remove(&cqn);
         self.write_context(address, &context)?;
         tracing::debug!(target: "rnic::cq", cqn, depth = cq_depth(&context), ceqn = context.ceq_number(), "CQ created");
         Ok(())
@@ -282,6 +310,7 @@ impl Device {
         }
         context.set_cq_state(CqState::Invalid);
         context.set_arm_state(CqArmState::NoArmed);
+        self.cq_buffers.remove(&cqn);
         self.write_context(address, &context)?;
         tracing::debug!(target: "rnic::cq", cqn, "CQ destroyed");
         Ok(())
@@ -413,7 +442,7 @@ impl Device {
     pub(crate) fn post_cqe(&mut self, cqn: u32, mut cqe: Cqe, solicited: bool) -> Result<(), CqError> {
         // The object name is built only on error paths: this function is on the data path.
         let object = || format!("CQ {cqn:#x}");
-        let (mut cqc, context_address) = match self.cq_context(cqn) {
+        let (mut cqc, context_address, remembered) = match self.completion_cq_context(cqn) {
             Ok(found) => found,
             Err(rejection) => {
                 let expected = format!(
@@ -486,7 +515,17 @@ impl Device {
         }
         cqe.set_owner(owner_bit_for_producer(producer_index, depth));
         let offset = u64::from(producer_index & (depth - 1)) * size as u64;
-        let mtr = cq_mtr(&cqc);
+        let mtr = match remembered {
+            Some(mtr) => mtr,
+            None => {
+                let mtr = cq_mtr(&cqc);
+                if self.cq_buffers.len() >= crate::hem::CONTEXT_CACHE_CAPACITY {
+                    self.cq_buffers.clear();
+                }
+                self.cq_buffers.insert(cqn, CqBuffer { context_address, mtr });
+                mtr
+            }
+        };
         let address = match self.translate(&mtr, offset) {
             Some(Ok(address)) => address,
             Some(Err(error)) => {

@@ -593,3 +593,27 @@ fn a_cqc_the_device_updated_since_the_last_mailbox_is_served_from_its_cache() {
     assert_eq!(bench.cqc(2).consumer_index(), 3);
     assert_eq!(bench.cqc(2).producer_index(), 3);
 }
+
+#[test]
+fn a_cq_created_again_with_another_cqe_buffer_gets_its_completions_there() {
+    let mut bench = bench_with_cq(2, 3);
+    bench.device.post_cqe(2, cqe(0x11, 0), false).unwrap();
+    bench.device.post_cqe(2, cqe(0x11, 1), false).unwrap();
+    bench.device.destroy_cq(2).unwrap();
+    let mut context = cqc(2, 3, CqeSize::Bytes64, 0);
+    context.set_cqe_base_address(cqe_buffer(5) >> 3);
+    bench.device.create_cq(2, context).unwrap();
+    bench.device.post_cqe(2, cqe(0x11, 7), false).unwrap();
+    let moved = Cqe::parse(&bench.read(cqe_buffer(5), 64)).unwrap();
+    assert_eq!(
+        (moved.wqe_index(), moved.owner()),
+        (7, true),
+        "slot 0 of the new buffer"
+    );
+    assert_eq!(read_cqe(&bench, 2, 0).wqe_index(), 0, "the old buffer keeps its CQEs");
+    assert_eq!(
+        read_cqe(&bench, 2, 2),
+        Cqe::zeroed(),
+        "nothing more went to the old buffer"
+    );
+}
