@@ -495,9 +495,15 @@ impl Device {
     /// serialisation; puts it in the pipeline.
     fn launch_frame(&mut self, qpn: u32, frame: Vec<u8>, response: bool) {
         let now = self.now();
-        let params = *self.timing.params();
         let charges = std::mem::take(&mut self.timing.frame);
         self.timing.frame.qpn = qpn;
+        // The costs this frame is charged, worked out before any is recorded (no copy of
+        // the whole parameter set per frame).
+        let params = self.timing.params();
+        let read_transfer = (charges.read_bytes > 0).then(|| params.pcie_read_transfer(charges.read_bytes));
+        let read_latency = Picoseconds(params.pcie_read_latency_ps);
+        let pipeline = params.cycles(params.tx_pipeline_cycles);
+        let serialisation = params.serialisation(frame.len() as u64);
         let mut latency = charges.latency;
         if response {
             if let Some(runtime) = self.transport.qps.get(&qpn) {
@@ -505,22 +511,19 @@ impl Device {
             }
         }
         let mut link = charges.read_link;
-        if charges.read_bytes > 0 {
-            let transfer = params.pcie_read_transfer(charges.read_bytes);
-            let read = Picoseconds(params.pcie_read_latency_ps) + transfer;
+        if let Some(transfer) = read_transfer {
+            let read = read_latency + transfer;
             self.timing.record(Stage::PayloadRead, read);
             latency = latency + read;
             link = link + transfer;
         }
         self.transport.pcie_read_free = now + link;
-        let pipeline = params.cycles(params.tx_pipeline_cycles);
         self.timing.record(Stage::TxPipeline, pipeline);
         let ready = now + latency + pipeline;
         let start = ready.max(self.transport.port_free);
         if start > ready {
             self.timing.record(Stage::PortQueue, Picoseconds(start.0 - ready.0));
         }
-        let serialisation = params.serialisation(frame.len() as u64);
         self.timing.record(Stage::Serialisation, serialisation);
         let end = start + serialisation;
         self.transport.port_free = end;
