@@ -799,8 +799,8 @@ impl Device {
         let Some(runtime) = self.transport.qps.get(&qpn) else {
             return;
         };
-        let config = runtime.config;
-        if wqe.status == CqeStatus::Success && !wqe.signaled && !config.signal_all {
+        let (send_cq, signal_all) = (runtime.config.send_cq, runtime.config.signal_all);
+        if wqe.status == CqeStatus::Success && !wqe.signaled && !signal_all {
             return;
         }
         let mut cqe = Cqe::zeroed();
@@ -810,7 +810,7 @@ impl Device {
         cqe.set_wqe_index(wqe.index);
         cqe.set_local_qp_number(qpn);
         cqe.set_byte_count(wqe.length);
-        let _ = self.post_cqe(config.send_cq, cqe, false);
+        let _ = self.post_cqe(send_cq, cqe, false);
     }
 
     /// Records the engines' progress for the QPC fields hns names (consumer indices,

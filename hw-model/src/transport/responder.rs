@@ -118,7 +118,8 @@ impl Device {
         let Some(runtime) = self.transport.qps.get(&qpn) else {
             return;
         };
-        let config = runtime.config;
+        // Fields, not the whole QpConfig: this runs for every request.
+        let min_rnr_timer = runtime.config.min_rnr_timer;
         let epsn = runtime.responder.epsn;
         if !self.source_matches(qpn, repr) {
             return;
@@ -171,7 +172,7 @@ impl Device {
                     self.transport.counters.responses_dropped += 1;
                     return;
                 }
-                let syndrome = op::AETH_RNR_NAK | (config.min_rnr_timer & 0x1F);
+                let syndrome = op::AETH_RNR_NAK | (min_rnr_timer & 0x1F);
                 runtime.responder.pending.push_back(Response::Ack { psn, syndrome });
                 self.transport.counters.rnr_naks_sent += 1;
                 self.kick_qp(qpn, Picoseconds::ZERO);
@@ -423,22 +424,20 @@ impl Device {
         let repr = &parsed.repr;
         let payload = parsed.payload;
         let runtime = self.transport.qps.get(&qpn).expect("checked by the caller");
-        let config = runtime.config;
-        let inbound = runtime.responder.inbound;
-        let mtu = config.mtu as usize;
+        let mtu = runtime.config.mtu as usize;
+        let inbound_kind = runtime.responder.inbound.kind;
         let first = op::is_first(operation);
         let last = op::is_last(operation);
         // Opcode sequence (IBA 9.7.5.1.3 / C9-88..): FIRST/ONLY only between messages,
         // MIDDLE/LAST only inside a message of the same kind.
-        let in_sequence = match inbound.kind {
+        let in_sequence = match inbound_kind {
             InboundKind::Idle => first,
             InboundKind::Send => !first && op::is_send(operation),
             InboundKind::Write => !first && op::is_write(operation),
         };
         if !in_sequence {
             return Err(Fault::Invalid(format!(
-                "an opcode continuing the message in progress ({:?})",
-                inbound.kind
+                "an opcode continuing the message in progress ({inbound_kind:?})"
             )));
         }
         let sized = if op::is_send(operation) || op::is_write(operation) {
@@ -537,7 +536,7 @@ impl Device {
     /// RDMA WRITE FIRST/MIDDLE/LAST/ONLY (with immediate).
     fn execute_write(&mut self, qpn: u32, repr: &RoceRepr, payload: &[u8], operation: u8) -> Result<Executed, Fault> {
         let runtime = self.transport.qps.get(&qpn).expect("checked by the caller");
-        let config = runtime.config;
+        let (pd, remote_write) = (runtime.config.pd, runtime.config.remote_write);
         let mut inbound = runtime.responder.inbound;
         let first = op::is_first(operation);
         let last = op::is_last(operation);
@@ -545,7 +544,7 @@ impl Device {
             let Some(reth) = repr.reth else {
                 return Err(Fault::Invalid("a RETH on RDMA WRITE FIRST/ONLY".into()));
             };
-            self.check_reth(&reth, config.pd, config.remote_write, MrAccess::REMOTE_WRITE)?;
+            self.check_reth(&reth, pd, remote_write, MrAccess::REMOTE_WRITE)?;
             inbound = Inbound {
                 kind: InboundKind::Write,
                 va: reth.virtual_address,
@@ -571,18 +570,13 @@ impl Device {
         let immediate = op::has_immediate(operation);
         if immediate && inbound.recv.is_none() {
             // WRITE with immediate consumes a receive WQE: check before writing anything.
+            let config = self.transport.qps.get(&qpn).expect("checked by the caller").config;
             inbound.recv = Some(self.claim_receive_wqe(&config).ok_or(Fault::NoReceiveWqe)?);
         }
         if !payload.is_empty() {
             let address = inbound.va.wrapping_add(inbound.offset);
             let region = self
-                .check_memory_access(
-                    inbound.rkey,
-                    config.pd,
-                    address,
-                    payload.len() as u64,
-                    MrAccess::REMOTE_WRITE,
-                )
+                .check_memory_access(inbound.rkey, pd, address, payload.len() as u64, MrAccess::REMOTE_WRITE)
                 .map_err(Fault::Access)?;
             self.write_region(&region, payload).map_err(remote_fault)?;
         }
