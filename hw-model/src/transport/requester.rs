@@ -71,7 +71,8 @@ impl Device {
             if runtime.state != QpState::Rts {
                 return None;
             }
-            let config = runtime.config;
+            // Fields, not the whole QpConfig: the loop runs for every packet.
+            let (service, max_rd_atomic) = (runtime.config.service, runtime.config.max_rd_atomic);
             let requester = &runtime.requester;
             if requester.rnr_wait || requester.stalled {
                 return None;
@@ -81,6 +82,7 @@ impl Device {
                     return None;
                 }
                 let index = requester.fetched;
+                let config = runtime.config;
                 match self.fetch_send_wqe(&config, index) {
                     Ok(wqe) => {
                         let runtime = self.transport.qps.get_mut(&qpn)?;
@@ -130,10 +132,10 @@ impl Device {
                 if wqe.fence && requester.reads_outstanding > 0 {
                     return None;
                 }
-                if wqe.is_read_or_atomic() && requester.reads_outstanding >= config.max_rd_atomic {
+                if wqe.is_read_or_atomic() && requester.reads_outstanding >= max_rd_atomic {
                     return None;
                 }
-                if config.service == ServiceType::Rc
+                if service == ServiceType::Rc
                     && psn_diff(requester.next_psn, requester.una_psn) >= requester.send_window
                 {
                     return None;
@@ -151,7 +153,7 @@ impl Device {
             }
             let packet = requester.cursor_packet;
             let psn = psn_add(wqe.first_psn, packet);
-            if config.service == ServiceType::Rc && psn_diff(psn, requester.una_psn) >= requester.send_window {
+            if service == ServiceType::Rc && psn_diff(psn, requester.una_psn) >= requester.send_window {
                 return None;
             }
             return self.build_request(qpn, slot, packet);
