@@ -370,13 +370,15 @@ impl Device {
     }
 
     fn parse_and_dispatch(&mut self, frame: &[u8]) {
-        let parsed = match wire::parse_frame(frame) {
+        // Borrowed, not moved out of the Result: a parsed frame is large.
+        let result = wire::parse_frame(frame);
+        let parsed = match &result {
             Ok(parsed) => parsed,
             Err(error) => {
                 let (field, value) = match error {
                     wire::WireError::BadIcrc { found, .. } => {
                         self.transport.counters.icrc_errors += 1;
-                        ("ICRC", u64::from(found))
+                        ("ICRC", u64::from(*found))
                     }
                     _ => ("RoCEv2 frame", 0),
                 };
@@ -384,7 +386,7 @@ impl Device {
                 return;
             }
         };
-        self.dispatch_packet(frame, &parsed);
+        self.dispatch_packet(frame, parsed);
     }
 
     /// Returns a buffer obtained from [`Device::poll_transmit`] for reuse, so the data

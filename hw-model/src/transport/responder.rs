@@ -929,9 +929,15 @@ impl Device {
     pub(crate) fn responder_next_packet(&mut self, qpn: u32) -> Option<Vec<u8>> {
         let runtime = self.transport.qps.get(&qpn)?;
         let response = *runtime.responder.pending.front()?;
-        let config = runtime.config;
+        // Fields, not the whole QpConfig: this runs for every response.
+        let (path, mtu, dest_qpn, pd) = (
+            runtime.config.path,
+            runtime.config.mtu,
+            runtime.config.dest_qpn,
+            runtime.config.pd,
+        );
         let msn = runtime.responder.msn;
-        let Some(path) = config.path else {
+        let Some(path) = path else {
             self.transport.qps.get_mut(&qpn)?.responder.pending.pop_front();
             return None;
         };
@@ -944,7 +950,7 @@ impl Device {
                 first,
                 ..
             } => {
-                let last = remaining <= config.mtu;
+                let last = remaining <= mtu;
                 let opcode = match (first, last) {
                     (true, true) => op::READ_RESPONSE_ONLY,
                     (true, false) => op::READ_RESPONSE_FIRST,
@@ -954,8 +960,8 @@ impl Device {
                 (opcode, next_psn)
             }
         };
-        let bth = bth(opcode, config.dest_qpn, psn);
-        let mut repr = match self.packet_headers(&path, None, qpn, config.dest_qpn, bth) {
+        let bth = bth(opcode, dest_qpn, psn);
+        let mut repr = match self.packet_headers(&path, None, qpn, dest_qpn, bth) {
             Ok(repr) => repr,
             Err(error) => {
                 self.diagnose(
@@ -996,14 +1002,13 @@ impl Device {
                 first,
                 ..
             } => {
-                let length = remaining.min(config.mtu);
-                let last = remaining <= config.mtu;
+                let length = remaining.min(mtu);
+                let last = remaining <= mtu;
                 if first || last {
                     repr.aeth = Some(ack);
                 }
                 repr.bth.pad_count = pad_for(length as usize);
                 let mut failure = None;
-                let pd = config.pd;
                 wire::emit_frame_overwriting(&repr, length as usize, &mut buffer, |payload| {
                     if payload.is_empty() {
                         return;
