@@ -330,24 +330,14 @@ impl Device {
             self.post_async_event(AsyncEventType::WqCatasError, 4, qpn);
             return;
         }
-        let field = match queue {
-            WorkQueue::Send => {
-                qpc.set_sq_producer_index(producer_index);
-                Qpc::SQ_PRODUCER_IDX
-            }
-            WorkQueue::Receive => {
-                qpc.set_rq_producer_index(producer_index);
-                Qpc::RQ_PRODUCER_IDX
-            }
-        };
+        match queue {
+            WorkQueue::Send => qpc.set_sq_producer_index(producer_index),
+            WorkQueue::Receive => qpc.set_rq_producer_index(producer_index),
+        }
         self.counters.doorbells += 1;
-        // Only the producer index changed since the context was read: write back its
-        // bytes, which leaves host memory as a write of the whole context would.
-        let (first, last) = (field.lo as usize / 8, field.hi as usize / 8);
-        if self
-            .dma_write(address + first as u64, &qpc.bytes()[first..=last])
-            .is_err()
-        {
+        // Through the context cache: a write of the producer index's bytes alone would
+        // bypass it, and the cached copy would later write the old index back.
+        if self.write_context(address, &qpc).is_err() {
             return;
         }
         match (state, queue) {
