@@ -129,7 +129,7 @@ pub struct Device {
     /// MPT index → the context as last read from host memory, forgotten with the context
     /// tables' remembered addresses (see [`Device::forget_context_caches`]) and when the
     /// device itself changes an MPT: the hns MPT cache.
-    pub(crate) mpt_cache: FastHashMap<u32, Mpt>,
+    pub(crate) mpt_cache: FastHashMap<u32, crate::mpt::CheckedMpt>,
     /// The MTT cache: page translations, forgotten with the MPT cache.
     pub(crate) translations: TranslationCache,
     /// The QPC and CQC cache (hns keeps both on chip): contexts the device read, written
@@ -750,13 +750,13 @@ impl Device {
 
     /// MPT `index`, from the MPT cache or else read from host memory (and then cached).
     /// With bus mastering off it fails as the read would, cached or not.
-    pub(crate) fn cached_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
+    pub(crate) fn cached_mpt(&mut self, index: u32) -> Result<crate::mpt::CheckedMpt, Rejection> {
         if self.config_space.bus_master_enabled() {
             if let Some(mpt) = self.mpt_cache.get(&index) {
                 return Ok(*mpt);
             }
         }
-        let (mpt, _) = self.read_context::<Mpt>(ContextTableId::Mpt, index)?;
+        let mpt = crate::mpt::CheckedMpt::decode(&self.read_context::<Mpt>(ContextTableId::Mpt, index)?.0);
         if self.mpt_cache.len() >= crate::hem::LOCATION_CACHE_CAPACITY {
             self.mpt_cache.clear();
         }

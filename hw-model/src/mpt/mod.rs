@@ -102,6 +102,58 @@ pub struct MrTranslation {
     pub first_bus: Option<u64>,
 }
 
+/// An MPT as the access check reads it, decoded once when the MPT enters the device's
+/// MPT cache: the check runs for every SGE and every remote access, and would otherwise
+/// extract a dozen bit fields and rebuild the page table's MTR each time. It holds what
+/// the MPT says and nothing more, so it is valid exactly as long as the cached MPT was.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CheckedMpt {
+    /// MPT_ST is valid.
+    valid: bool,
+    /// The registered key.
+    lkey: u32,
+    /// The region's PD.
+    pd: u32,
+    /// The rights the region grants.
+    granted: MrAccess,
+    /// First IOVA (0 for a zero-based region).
+    start: u64,
+    /// Length in bytes.
+    length: u64,
+    /// The page table and the byte offset of `start` in its buffer; None for a
+    /// physical-address region.
+    table: Option<(Mtr, u64)>,
+}
+
+impl CheckedMpt {
+    /// Decodes `mpt` (any bytes: nothing is assumed valid).
+    pub(crate) fn decode(mpt: &Mpt) -> Self {
+        let mut granted = MrAccess::empty();
+        granted.set(MrAccess::LOCAL_WRITE, mpt.local_write_enable());
+        granted.set(MrAccess::REMOTE_READ, mpt.remote_read_enable());
+        granted.set(MrAccess::REMOTE_WRITE, mpt.remote_write_enable());
+        granted.set(MrAccess::REMOTE_ATOMIC, mpt.atomic_enable());
+        let table = (!mpt.physical_address()).then(|| {
+            let mtr = Device::mpt_mtr(mpt);
+            let first_page_offset = if mpt.zero_based() {
+                0
+            } else {
+                mpt.virtual_address() & (mtr.page_size() - 1)
+            };
+            (mtr, first_page_offset)
+        });
+        Self {
+            valid: mpt.mpt_state() == Ok(MptState::Valid),
+            lkey: mpt.lkey(),
+            pd: mpt.protection_domain(),
+            granted,
+            start: if mpt.zero_based() { 0 } else { mpt.virtual_address() },
+            length: mpt.length(),
+            table,
+        }
+    }
+}
+
 impl Device {
     fn mpt_index(&self, index: u32) -> Result<(), Rejection> {
         let count = self.config.caps.num_mtpts;
@@ -236,35 +288,27 @@ impl Device {
         let mask = self.config.caps.num_mtpts.next_power_of_two() - 1;
         let index = key_to_index(key) & mask;
         let mpt = match self.cached_mpt(index) {
-            Ok(mpt) if mpt.mpt_state() == Ok(MptState::Valid) => mpt,
+            Ok(mpt) if mpt.valid => mpt,
             _ => return Err(MrAccessError::InvalidKey { key }),
         };
-        if mpt.lkey() != key {
+        if mpt.lkey != key {
             return Err(MrAccessError::KeyMismatch {
                 key,
-                registered: mpt.lkey(),
+                registered: mpt.lkey,
             });
         }
-        if mpt.protection_domain() != pd {
+        if mpt.pd != pd {
             return Err(MrAccessError::ProtectionDomain {
                 key,
-                region_pd: mpt.protection_domain(),
+                region_pd: mpt.pd,
                 qp_pd: pd,
             });
         }
-        let granted = {
-            let mut g = MrAccess::empty();
-            g.set(MrAccess::LOCAL_WRITE, mpt.local_write_enable());
-            g.set(MrAccess::REMOTE_READ, mpt.remote_read_enable());
-            g.set(MrAccess::REMOTE_WRITE, mpt.remote_write_enable());
-            g.set(MrAccess::REMOTE_ATOMIC, mpt.atomic_enable());
-            g
-        };
-        if !granted.contains(needed) {
+        if !mpt.granted.contains(needed) {
             return Err(MrAccessError::Access { key, needed });
         }
-        let start = if mpt.zero_based() { 0 } else { mpt.virtual_address() };
-        let end = start.checked_add(mpt.length());
+        let start = mpt.start;
+        let end = start.checked_add(mpt.length);
         let access_end = address.checked_add(length);
         let inside =
             matches!((end, access_end), (Some(end), Some(access_end)) if address >= start && access_end <= end);
@@ -274,21 +318,15 @@ impl Device {
                 address,
                 length,
                 start,
-                region_length: mpt.length(),
+                region_length: mpt.length,
             });
         }
-        if mpt.physical_address() {
+        let Some((mtr, first_page_offset)) = mpt.table else {
             return Ok(MrTranslation {
                 mtr: None,
                 offset: address,
                 first_bus: None,
             });
-        }
-        let mtr = Self::mpt_mtr(&mpt);
-        let first_page_offset = if mpt.zero_based() {
-            0
-        } else {
-            mpt.virtual_address() & (mtr.page_size() - 1)
         };
         let offset = first_page_offset + (address - start);
         let first_bus = match self.translate(&mtr, offset) {
@@ -303,5 +341,64 @@ impl Device {
             offset,
             first_bus,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rnic_firmware_if::bits::Layout;
+
+    use super::*;
+
+    /// SplitMix64: reproducible hostile MPT bytes.
+    fn next(state: &mut u64) -> u64 {
+        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    #[test]
+    fn a_decoded_mpt_says_what_its_fields_say_for_any_bytes() {
+        let mut state = 7;
+        for round in 0..2_000u32 {
+            let mut mpt = Mpt::zeroed();
+            for byte in mpt.bytes_mut() {
+                *byte = next(&mut state) as u8;
+            }
+            // Every other round a valid state, so both values of `valid` are covered.
+            if round.is_multiple_of(2) {
+                mpt.set_mpt_state(MptState::Valid);
+            }
+            let decoded = CheckedMpt::decode(&mpt);
+            assert_eq!(decoded.valid, mpt.mpt_state() == Ok(MptState::Valid));
+            assert_eq!(decoded.lkey, mpt.lkey());
+            assert_eq!(decoded.pd, mpt.protection_domain());
+            let rights = [
+                (MrAccess::LOCAL_WRITE, mpt.local_write_enable()),
+                (MrAccess::REMOTE_READ, mpt.remote_read_enable()),
+                (MrAccess::REMOTE_WRITE, mpt.remote_write_enable()),
+                (MrAccess::REMOTE_ATOMIC, mpt.atomic_enable()),
+            ];
+            for (right, enabled) in rights {
+                assert_eq!(decoded.granted.contains(right), enabled, "{right:?}");
+            }
+            let start = if mpt.zero_based() { 0 } else { mpt.virtual_address() };
+            assert_eq!((decoded.start, decoded.length), (start, mpt.length()));
+            match decoded.table {
+                None => assert!(mpt.physical_address()),
+                Some((mtr, first_page_offset)) => {
+                    assert!(!mpt.physical_address());
+                    assert_eq!(mtr, Device::mpt_mtr(&mpt));
+                    let expected = if mpt.zero_based() {
+                        0
+                    } else {
+                        mpt.virtual_address() % mtr.page_size()
+                    };
+                    assert_eq!(first_page_offset, expected);
+                }
+            }
+        }
     }
 }
