@@ -559,6 +559,10 @@ impl TranslationCache {
 }
 
 /// [`try_translate_range_from`] through `cache`: each page is looked up there first.
+///
+/// A `first_bus` must come from a successful translation of `mtr` (as the access check's
+/// does): one exists only for an MTR that passed [`Mtr::validate`], and validity depends
+/// on nothing but the MTR, so the range is not validated again.
 pub fn try_translate_range_cached<E: From<MttError>>(
     memory: &dyn HostMemory,
     cache: &mut TranslationCache,
@@ -568,7 +572,9 @@ pub fn try_translate_range_cached<E: From<MttError>>(
     length: u64,
     f: impl FnMut(u64, u64) -> Result<(), E>,
 ) -> Result<(), E> {
-    cache.validate(mtr)?;
+    if first_bus.is_none() {
+        cache.validate(mtr)?;
+    }
     translate_pieces(mtr, offset, first_bus, length, |o| cache.translate(memory, mtr, o), f)
 }
 

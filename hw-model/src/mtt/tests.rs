@@ -612,3 +612,33 @@ fn large_pages_up_to_1_gib_translate() {
     }
     assert!(BT_WINDOW.1 <= DATA_WINDOW.0, "test windows must not overlap");
 }
+
+#[test]
+fn a_cached_range_from_a_known_first_address_gives_the_walked_pieces() {
+    // The first address comes from a translation, which validated the MTR; the range
+    // then gives the same pieces as an uncached walk and still checks its bounds.
+    let (memory, mtr) = small_hop2();
+    let counting = CountingMemory::new(&memory);
+    let mut cache = TranslationCache::default();
+    let first = cache.translate(&counting, &mtr, 0xFF0).unwrap();
+    assert_eq!(counting.take(), 2, "the first page is walked once");
+    let mut cached = Vec::new();
+    try_translate_range_cached(&counting, &mut cache, &mtr, 0xFF0, Some(first), 0x20, |a, l| {
+        cached.push((a, l));
+        Ok::<(), MttError>(())
+    })
+    .unwrap();
+    let mut walked = Vec::new();
+    translate_range(&memory, &mtr, 0xFF0, 0x20, |a, l| walked.push((a, l))).unwrap();
+    assert_eq!(cached, walked);
+    assert_eq!(counting.take(), 2, "only the second page is walked");
+    assert!(matches!(
+        try_translate_range_cached(&counting, &mut cache, &mtr, 0x1FF0, Some(first), 0x20, |_, _| Ok::<
+            (),
+            MttError,
+        >(
+            ()
+        )),
+        Err(MttError::RangeOutOfRange { .. })
+    ));
+}
