@@ -102,6 +102,9 @@ pub struct MrTranslation {
     pub first_bus: Option<u64>,
 }
 
+/// No page in [`CheckedMpt::last_page`]: not page aligned, so no page offset equals it.
+const NO_PAGE: u64 = u64::MAX;
+
 /// An MPT as the access check reads it, decoded once when the MPT enters the device's
 /// MPT cache: the check runs for every SGE and every remote access, and would otherwise
 /// extract a dozen bit fields and rebuild the page table's MTR each time. It holds what
@@ -123,6 +126,11 @@ pub(crate) struct CheckedMpt {
     /// The page table and the byte offset of `start` in its buffer; None for a
     /// physical-address region.
     table: Option<(Mtr, u64)>,
+    /// A page of `table` an access check translated (byte offset of the page in the
+    /// buffer, its bus address): a check of the same page again (small messages to one
+    /// buffer) needs no MTT-cache lookup. It goes with the entry, so it is forgotten
+    /// whenever the MTT cache is (and more often). [`NO_PAGE`] when there is none.
+    last_page: (u64, u64),
 }
 
 impl CheckedMpt {
@@ -150,6 +158,7 @@ impl CheckedMpt {
             start: if mpt.zero_based() { 0 } else { mpt.virtual_address() },
             length: mpt.length(),
             table,
+            last_page: (NO_PAGE, 0),
         }
     }
 }
@@ -329,12 +338,30 @@ impl Device {
             });
         };
         let offset = first_page_offset + (address - start);
-        let first_bus = match self.translate(&mtr, offset) {
-            Some(result) => Some(result.map_err(|e| MrAccessError::Translation {
-                key,
-                reason: e.to_string(),
-            })?),
-            None => None,
+        let page_mask = mtr.page_size() - 1;
+        let (page, in_page) = (offset & !page_mask, offset & page_mask);
+        let first_bus = match mpt.last_page {
+            // The entry came from the MPT cache or a DMA read, so bus mastering is on,
+            // and the MTT cache would give this address.
+            (last, base) if last == page => Some(base + in_page),
+            _ => match self.translate(&mtr, offset) {
+                Some(result) => {
+                    let bus = result.map_err(|e| MrAccessError::Translation {
+                        key,
+                        reason: e.to_string(),
+                    })?;
+                    // Only an access that stops inside its page is remembered: one that
+                    // runs to the page's end is most likely followed by the next page
+                    // (a stream), and remembering costs a second MPT-cache lookup.
+                    if in_page.saturating_add(length) <= page_mask {
+                        if let Some(entry) = self.mpt_cache.get_mut(&index) {
+                            entry.last_page = (page, bus - in_page);
+                        }
+                    }
+                    Some(bus)
+                }
+                None => None,
+            },
         };
         Ok(MrTranslation {
             mtr: Some(mtr),
@@ -386,6 +413,7 @@ mod tests {
             }
             let start = if mpt.zero_based() { 0 } else { mpt.virtual_address() };
             assert_eq!((decoded.start, decoded.length), (start, mpt.length()));
+            assert_eq!(decoded.last_page.0, NO_PAGE, "no page translated yet");
             match decoded.table {
                 None => assert!(mpt.physical_address()),
                 Some((mtr, first_page_offset)) => {
