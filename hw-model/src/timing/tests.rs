@@ -48,3 +48,24 @@ fn costs_follow_the_parameters() {
     assert_eq!(ideal.mtt_miss(3), Picoseconds::ZERO);
     assert_eq!(ideal.cqe_write(), Picoseconds::ZERO);
 }
+
+#[test]
+fn mtt_lookups_cost_what_the_parameters_say() {
+    // The model works the hit and per-level walk costs out once; every lookup must still
+    // charge exactly `mtt_hit()` or `mtt_miss(levels)`, for any preset and level count.
+    for preset in PRESETS {
+        let mut params = TimingParams::preset(preset).unwrap();
+        params.set("mtt_cache_entries = 2").unwrap();
+        let mut model = TimingModel::new(params);
+        for levels in [0, 1, 2, 3] {
+            let root = u64::from(levels) << 20;
+            assert_eq!(model.mtt_lookup(root, 0, levels), params.mtt_miss(levels), "{preset}");
+            assert_eq!(model.mtt_lookup(root, 0, levels), params.mtt_hit(), "{preset}");
+        }
+        assert_eq!(model.mtt_lookup(9, 9, 2), params.mtt_miss(2));
+        assert_eq!((model.mtt_hits, model.mtt_misses), (4, 5));
+        let totals = model.totals();
+        assert_eq!(totals.count(Stage::MttHit), 4);
+        assert_eq!(totals.total(Stage::MttHit).0, 4 * params.mtt_hit().0);
+    }
+}
