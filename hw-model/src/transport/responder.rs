@@ -985,13 +985,13 @@ impl Device {
         match response {
             Response::Ack { syndrome, .. } => {
                 repr.aeth = Some(AethRepr { syndrome, msn });
-                wire::emit_frame(&repr, &[], &mut buffer);
+                wire::emit_frame_overwriting(&repr, 0, &mut buffer, |_| {});
                 self.transport.qps.get_mut(&qpn)?.responder.pending.pop_front();
             }
             Response::Atomic { original, .. } => {
                 repr.aeth = Some(ack);
                 repr.atomic_ack = Some(original);
-                wire::emit_frame(&repr, &[], &mut buffer);
+                wire::emit_frame_overwriting(&repr, 0, &mut buffer, |_| {});
                 self.transport.qps.get_mut(&qpn)?.responder.pending.pop_front();
             }
             Response::Read {

@@ -294,12 +294,12 @@ fn emit_frame_inner(
         out.clear();
         out.resize(total, 0);
     } else {
-        // Keep what the buffer held (no memset of the payload); zero everything else, so
-        // the frame's non-payload bytes are exactly those of a zero-filled buffer.
+        // Keep what the buffer held (no memset): every header emitter writes each byte of
+        // its header, reserved bits included, and the bytes no emitter writes (pad, FETH
+        // and CNP reserved bytes, a header missing from an inconsistent repr) are zeroed
+        // below, so the frame is exactly that of a zero-filled buffer.
         out.truncate(total);
         out.resize(total, 0);
-        out[..payload_start].fill(0);
-        out[payload_start + payload_length..].fill(0);
     }
     let frame = out.as_mut_slice();
 
@@ -334,59 +334,66 @@ fn emit_frame_inner(
     // Wire order: DETH, FETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH, CNP bytes.
     if headers.contains(ExtHeaders::DETH) {
         let range = next(deth::HEADER_LEN);
-        if let Some(r) = repr.deth {
-            r.emit(&mut deth::Packet::new_unchecked(&mut frame[range]));
+        match repr.deth {
+            Some(r) => r.emit(&mut deth::Packet::new_unchecked(&mut frame[range])),
+            None => frame[range].fill(0),
         }
     }
     if headers.contains(ExtHeaders::FETH) {
-        next(super::opcode::header_len::FETH);
+        frame[next(super::opcode::header_len::FETH)].fill(0);
     }
     if headers.contains(ExtHeaders::RETH) {
         let range = next(reth::HEADER_LEN);
-        if let Some(r) = repr.reth {
-            r.emit(&mut reth::Packet::new_unchecked(&mut frame[range]));
+        match repr.reth {
+            Some(r) => r.emit(&mut reth::Packet::new_unchecked(&mut frame[range])),
+            None => frame[range].fill(0),
         }
     }
     if headers.contains(ExtHeaders::ATOMIC_ETH) {
         let range = next(atomic_eth::HEADER_LEN);
-        if let Some(r) = repr.atomic_eth {
-            r.emit(&mut atomic_eth::Packet::new_unchecked(&mut frame[range]));
+        match repr.atomic_eth {
+            Some(r) => r.emit(&mut atomic_eth::Packet::new_unchecked(&mut frame[range])),
+            None => frame[range].fill(0),
         }
     }
     if headers.contains(ExtHeaders::AETH) {
         let range = next(aeth::HEADER_LEN);
-        if let Some(r) = repr.aeth {
-            r.emit(&mut aeth::Packet::new_unchecked(&mut frame[range]));
+        match repr.aeth {
+            Some(r) => r.emit(&mut aeth::Packet::new_unchecked(&mut frame[range])),
+            None => frame[range].fill(0),
         }
     }
     if headers.contains(ExtHeaders::ATOMIC_ACK_ETH) {
         let range = next(atomic_ack_eth::HEADER_LEN);
-        if let Some(value) = repr.atomic_ack {
-            AtomicAckEthRepr {
+        match repr.atomic_ack {
+            Some(value) => AtomicAckEthRepr {
                 original_remote_data: value,
             }
-            .emit(&mut atomic_ack_eth::Packet::new_unchecked(&mut frame[range]));
+            .emit(&mut atomic_ack_eth::Packet::new_unchecked(&mut frame[range])),
+            None => frame[range].fill(0),
         }
     }
     if headers.contains(ExtHeaders::IMMDT) {
         let range = next(immdt::HEADER_LEN);
-        if let Some(data) = repr.immediate {
-            ImmDtRepr { data }.emit(&mut immdt::Packet::new_unchecked(&mut frame[range]));
+        match repr.immediate {
+            Some(data) => ImmDtRepr { data }.emit(&mut immdt::Packet::new_unchecked(&mut frame[range])),
+            None => frame[range].fill(0),
         }
     }
     if headers.contains(ExtHeaders::IETH) {
         let range = next(ieth::HEADER_LEN);
-        if let Some(rkey) = repr.invalidate_rkey {
-            IethRepr { rkey }.emit(&mut ieth::Packet::new_unchecked(&mut frame[range]));
+        match repr.invalidate_rkey {
+            Some(rkey) => IethRepr { rkey }.emit(&mut ieth::Packet::new_unchecked(&mut frame[range])),
+            None => frame[range].fill(0),
         }
     }
     if headers.contains(ExtHeaders::CNP_RESERVED) {
-        next(super::opcode::header_len::CNP_RESERVED);
+        frame[next(super::opcode::header_len::CNP_RESERVED)].fill(0);
     }
     let payload = next(payload_length);
     debug_assert_eq!(payload.start, payload_start);
     fill(&mut frame[payload]);
-    next(pad);
+    frame[next(pad)].fill(0);
     let icrc_range = next(ICRC_LEN);
     // The frame is ours to write: mask it in place rather than copy its headers.
     let value = icrc::icrc_masking_in_place(&mut frame[ip_start..icrc_range.start]);

@@ -1348,3 +1348,30 @@ fn emit_overwriting_reuses_stale_payload_bytes_and_matches_emit_with() {
         assert_eq!(out, expected, "stale length {stale_len}");
     }
 }
+
+#[test]
+fn emit_overwriting_a_garbage_buffer_matches_emit_for_every_header_combination() {
+    // `emit_frame_overwriting` zeroes nothing: every byte outside the payload must be
+    // written by an emitter (or zeroed explicitly) for the frame to match `emit_frame`.
+    let mut rng = XorShift::new(0x6A6B);
+    for op in supported_opcodes() {
+        for round in 0..40 {
+            let (mut repr, payload) = random_frame(&mut rng, op);
+            // Cover every Ethernet/IP combination for each opcode, not only by chance.
+            if round < 4 {
+                repr.ethernet.vlan = (round & 1 == 1).then(|| VlanTag::from_tci(rng.u16()));
+            }
+            let mut expected = Vec::new();
+            emit_frame(&repr, &payload, &mut expected);
+            let stale_len = match rng.below(3) {
+                0 => rng.below(expected.len() + 1),
+                1 => expected.len(),
+                _ => expected.len() + rng.below(5000),
+            };
+            let mut out = vec![0u8; stale_len];
+            rng.fill(&mut out);
+            emit_frame_overwriting(&repr, payload.len(), &mut out, |p| p.copy_from_slice(&payload));
+            assert_eq!(out, expected, "{op:?} round {round}, stale length {stale_len}");
+        }
+    }
+}
