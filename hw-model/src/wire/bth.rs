@@ -270,20 +270,24 @@ impl BthRepr {
     ///
     /// # Errors
     /// [`WireError::Truncated`] if the buffer is shorter than 12 bytes.
+    #[inline]
     pub fn parse<T: AsRef<[u8]> + ?Sized>(packet: &Packet<&T>) -> Result<BthRepr, WireError> {
         packet.check_len()?;
+        // A view of exactly the header: with its length a constant, the field reads below
+        // need no bounds check each.
+        let header = Packet::new_unchecked(&packet.buffer.as_ref()[..HEADER_LEN]);
         Ok(BthRepr {
-            opcode: packet.opcode(),
-            solicited: packet.solicited(),
-            migration: packet.migration(),
-            pad_count: packet.pad_count(),
-            transport_version: packet.transport_version(),
-            partition_key: packet.partition_key(),
-            fecn: packet.fecn(),
-            becn: packet.becn(),
-            destination_qp: packet.destination_qp(),
-            ack_request: packet.ack_request(),
-            psn: packet.psn(),
+            opcode: header.opcode(),
+            solicited: header.solicited(),
+            migration: header.migration(),
+            pad_count: header.pad_count(),
+            transport_version: header.transport_version(),
+            partition_key: header.partition_key(),
+            fecn: header.fecn(),
+            becn: header.becn(),
+            destination_qp: header.destination_qp(),
+            ack_request: header.ack_request(),
+            psn: header.psn(),
         })
     }
 
@@ -297,6 +301,7 @@ impl BthRepr {
     ///
     /// # Panics
     /// If the buffer is shorter than 12 bytes.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut Packet<&mut T>) {
         debug_assert!(
             self.destination_qp <= PSN_MASK,
@@ -370,6 +375,39 @@ mod tests {
         let mut bytes = [0xEEu8; 12];
         send_only_repr().emit(&mut Packet::new_unchecked(&mut bytes[..]));
         assert_eq!(bytes, SEND_ONLY[..12]);
+    }
+
+    #[test]
+    fn parse_reads_what_the_field_accessors_read_and_rejects_short_buffers() {
+        let mut rng = XorShift::new(0xB7B7);
+        for _ in 0..2000 {
+            let mut bytes = [0u8; 20];
+            rng.fill(&mut bytes);
+            let len = rng.below(bytes.len() + 1);
+            let packet = Packet::new_unchecked(&bytes[..len]);
+            let parsed = BthRepr::parse(&packet);
+            if len < HEADER_LEN {
+                assert!(
+                    matches!(parsed, Err(WireError::Truncated { .. })),
+                    "length {len}: {parsed:?}"
+                );
+                continue;
+            }
+            let expected = BthRepr {
+                opcode: packet.opcode(),
+                solicited: packet.solicited(),
+                migration: packet.migration(),
+                pad_count: packet.pad_count(),
+                transport_version: packet.transport_version(),
+                partition_key: packet.partition_key(),
+                fecn: packet.fecn(),
+                becn: packet.becn(),
+                destination_qp: packet.destination_qp(),
+                ack_request: packet.ack_request(),
+                psn: packet.psn(),
+            };
+            assert_eq!(parsed, Ok(expected), "length {len}");
+        }
     }
 
     #[test]

@@ -494,35 +494,38 @@ pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>, WireError> {
         return Err(WireError::UnsupportedOpcode(op.0));
     }
 
-    let mut repr = RoceRepr::new(ethernet, ip, udp_repr.source_port, bth);
+    // Each header into a local, the repr built once at the end: built field by field in
+    // place, the large repr was copied whole into the result.
+    let (mut deth, mut reth, mut atomic_eth, mut aeth) = (None, None, None, None);
+    let (mut atomic_ack, mut immediate, mut invalidate_rkey) = (None, None, None);
     let mut at = bth_start + bth::HEADER_LEN;
     if headers.contains(ExtHeaders::DETH) {
-        repr.deth = Some(DethRepr::parse(&deth::Packet::new_checked(&body[at..])?)?);
+        deth = Some(DethRepr::parse(&deth::Packet::new_checked(&body[at..])?)?);
         at += deth::HEADER_LEN;
     }
     if headers.contains(ExtHeaders::RETH) {
-        repr.reth = Some(RethRepr::parse(&reth::Packet::new_checked(&body[at..])?)?);
+        reth = Some(RethRepr::parse(&reth::Packet::new_checked(&body[at..])?)?);
         at += reth::HEADER_LEN;
     }
     if headers.contains(ExtHeaders::ATOMIC_ETH) {
-        repr.atomic_eth = Some(AtomicEthRepr::parse(&atomic_eth::Packet::new_checked(&body[at..])?)?);
+        atomic_eth = Some(AtomicEthRepr::parse(&atomic_eth::Packet::new_checked(&body[at..])?)?);
         at += atomic_eth::HEADER_LEN;
     }
     if headers.contains(ExtHeaders::AETH) {
-        repr.aeth = Some(AethRepr::parse(&aeth::Packet::new_checked(&body[at..])?)?);
+        aeth = Some(AethRepr::parse(&aeth::Packet::new_checked(&body[at..])?)?);
         at += aeth::HEADER_LEN;
     }
     if headers.contains(ExtHeaders::ATOMIC_ACK_ETH) {
         let packet = atomic_ack_eth::Packet::new_checked(&body[at..])?;
-        repr.atomic_ack = Some(AtomicAckEthRepr::parse(&packet)?.original_remote_data);
+        atomic_ack = Some(AtomicAckEthRepr::parse(&packet)?.original_remote_data);
         at += atomic_ack_eth::HEADER_LEN;
     }
     if headers.contains(ExtHeaders::IMMDT) {
-        repr.immediate = Some(ImmDtRepr::parse(&immdt::Packet::new_checked(&body[at..])?)?.data);
+        immediate = Some(ImmDtRepr::parse(&immdt::Packet::new_checked(&body[at..])?)?.data);
         at += immdt::HEADER_LEN;
     }
     if headers.contains(ExtHeaders::IETH) {
-        repr.invalidate_rkey = Some(IethRepr::parse(&ieth::Packet::new_checked(&body[at..])?)?.rkey);
+        invalidate_rkey = Some(IethRepr::parse(&ieth::Packet::new_checked(&body[at..])?)?.rkey);
         at += ieth::HEADER_LEN;
     }
     if headers.contains(ExtHeaders::CNP_RESERVED) {
@@ -559,7 +562,22 @@ pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>, WireError> {
             value: payload.len() as u64,
         });
     }
-    Ok(ParsedFrame { repr, payload })
+    Ok(ParsedFrame {
+        repr: RoceRepr {
+            ethernet,
+            ip,
+            udp_source_port: udp_repr.source_port,
+            bth,
+            reth,
+            aeth,
+            atomic_eth,
+            atomic_ack,
+            immediate,
+            invalidate_rkey,
+            deth,
+        },
+        payload,
+    })
 }
 
 /// UDP source port for a flow (roce-wire §1.1, Linux `rdma_flow_label_to_udp_sport` and
