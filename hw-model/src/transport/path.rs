@@ -106,6 +106,9 @@ pub(crate) fn gid_of_ipv4(ip: [u8; 4]) -> [u8; 16] {
 impl Device {
     /// The Ethernet/IP/UDP part of a packet on `path` from QP `local_qpn` to
     /// `remote_qpn`; the caller fills BTH and extension headers.
+    // Inlined into its two callers (one per packet built): the large repr is then built
+    // where the caller keeps it instead of being copied out of the returned Result.
+    #[inline(always)]
     pub(crate) fn packet_headers(
         &mut self,
         path: &Path,
