@@ -9,8 +9,8 @@ mod common;
 use common::{assert_no_diagnostics, create_qp_with, open, poll_n, to_init, to_rts_nowhere, to_state};
 use rnic_firmware_if::cqe::CqeStatus;
 use rnic_verbs::{
-    AtomicFields, QpCapabilities, QpInitAttributes, QpState, QpType, RdmaFields, RecvWorkRequest, SendFlags,
-    SendWorkRequest, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AtomicFields, DeviceAccess, QpCapabilities, QpInitAttributes, QpState, QpType, RdmaFields, RecvWorkRequest,
+    SendFlags, SendWorkRequest, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 fn caps() -> QpCapabilities {
@@ -118,11 +118,10 @@ fn every_outstanding_send_comes_back_flushed_with_its_wr_id_unsignaled_ones_incl
     }
     assert_eq!(got, expected);
     assert_eq!(cq.consumer_index(), 8);
-    assert_eq!(
-        cq.query().unwrap().consumer_index,
-        8,
-        "published with the set-CI doorbell"
-    );
+    let record = cq.record_doorbell().expect("the model has CQ_RECORD_DB");
+    let mut published = [0u8; 4];
+    device.dma_read(record, &mut published).unwrap();
+    assert_eq!(u32::from_le_bytes(published), 8, "published in the record doorbell");
 
     // The queue is empty again: a full queue's worth can be posted (and is flushed at
     // once, the QP being in ERR).
@@ -345,4 +344,111 @@ fn hardware_statuses_map_to_the_ibverbs_names() {
     assert_eq!(WrOpcode::SendWithInv as u32, 9);
     assert_eq!(SendFlags::INLINE.bits(), 8);
     assert_eq!(WcFlags::WITH_INV.bits(), 8);
+}
+
+#[test]
+fn the_device_reads_what_was_polled_from_the_cq_record_doorbell_so_only_an_unpolled_cq_overflows() {
+    let (device, context) = open();
+    let pd = context.alloc_pd().unwrap();
+    let (_mr, sge) = local(&pd);
+    let cq = context.create_cq(64, None, 0).unwrap();
+    let deep = QpCapabilities {
+        max_send_wr: 128,
+        ..caps()
+    };
+    let qp = create_qp_with(&pd, &cq, QpType::Rc, deep);
+    to_rts_nowhere(&qp);
+    to_state(&qp, QpState::Err).unwrap();
+    let full: Vec<_> = (0..64).map(|i| wr(&sge, i, WrOpcode::Send, true)).collect();
+    qp.post_send(&full).unwrap();
+    assert_eq!(context.get_async_event(), None, "64 CQEs fill a 64-deep CQ exactly");
+
+    let doorbells = device.with_device(|d| d.counters().doorbells);
+    let mut one = [WorkCompletion::default(); 1];
+    assert_eq!(cq.poll(&mut one).unwrap(), 1);
+    assert_eq!(
+        device.with_device(|d| d.counters().doorbells),
+        doorbells,
+        "polling rings no set-CI doorbell"
+    );
+    let mut published = [0u8; 4];
+    device.dma_read(cq.record_doorbell().unwrap(), &mut published).unwrap();
+    assert_eq!(u32::from_le_bytes(published), 1);
+
+    qp.post_send(&[wr(&sge, 64, WrOpcode::Send, true)]).unwrap();
+    assert_eq!(context.get_async_event(), None, "the polled slot took the CQE");
+    qp.post_send(&[wr(&sge, 65, WrOpcode::Send, true)]).unwrap();
+    let event = context.wait_async_event(1_000_000).expect("CQ overflow reported");
+    assert_eq!(
+        event.hardware_type,
+        Some(rnic_firmware_if::event::AsyncEventType::CqOverflow)
+    );
+    assert_eq!(event.element, rnic_verbs::AsyncEventElement::Cq(cq.cq_number()));
+}
+
+#[test]
+fn a_destroyed_cqs_record_doorbell_is_reused_from_zero_and_its_page_freed() {
+    let (device, context) = open();
+    let buffers = device.dma_buffers_in_use();
+    let first = context.create_cq(64, None, 0).unwrap();
+    let slot = first.record_doorbell().expect("the model has CQ_RECORD_DB");
+    assert_eq!(slot % 4, 0, "a 4-byte aligned slot");
+    first.update_consumer_index(5);
+    let mut value = [0u8; 4];
+    device.dma_read(slot, &mut value).unwrap();
+    assert_eq!(u32::from_le_bytes(value), 5);
+    let second = context.create_cq(64, None, 0).unwrap();
+    assert_ne!(second.record_doorbell(), Some(slot), "slots in use are distinct");
+    first.destroy().unwrap();
+
+    let third = context.create_cq(64, None, 0).unwrap();
+    assert_eq!(
+        third.record_doorbell(),
+        Some(slot),
+        "the freed slot is handed out again"
+    );
+    device.dma_read(slot, &mut value).unwrap();
+    assert_eq!(u32::from_le_bytes(value), 0, "a new CQ starts from consumer index 0");
+    second.destroy().unwrap();
+    third.destroy().unwrap();
+    assert_eq!(
+        device.dma_buffers_in_use(),
+        buffers,
+        "the record page went back with its last slot"
+    );
+    assert_no_diagnostics(&device);
+}
+
+#[test]
+fn without_the_cq_record_capability_the_poller_rings_the_set_ci_doorbell() {
+    let mut config = rnic_verbs::backend::EmbeddedConfig::default();
+    config
+        .device
+        .caps
+        .flags
+        .remove(rnic_firmware_if::caps::CapFlags::CQ_RECORD_DB);
+    let (device, context) = common::open_with(config);
+    let pd = context.alloc_pd().unwrap();
+    let (_mr, sge) = local(&pd);
+    let cq = context.create_cq(64, None, 0).unwrap();
+    assert_eq!(cq.record_doorbell(), None);
+    let qp = create_qp_with(&pd, &cq, QpType::Rc, caps());
+    to_rts_nowhere(&qp);
+    to_state(&qp, QpState::Err).unwrap();
+    let mut out = [WorkCompletion::default(); 16];
+    // Three laps: the device learns every consumer index from the set-CI doorbell.
+    for lap in 0..12u64 {
+        let wrs: Vec<_> = (0..16).map(|i| wr(&sge, lap * 16 + i, WrOpcode::Send, true)).collect();
+        qp.post_send(&wrs).unwrap();
+        let doorbells = device.with_device(|d| d.counters().doorbells);
+        assert_eq!(cq.poll(&mut out).unwrap(), 16);
+        assert_eq!(device.with_device(|d| d.counters().doorbells), doorbells + 1);
+    }
+    assert_eq!(
+        cq.query().unwrap().consumer_index,
+        192,
+        "published with the set-CI doorbell"
+    );
+    assert_eq!(context.get_async_event(), None, "no overflow");
+    assert_no_diagnostics(&device);
 }

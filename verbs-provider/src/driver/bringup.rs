@@ -204,6 +204,7 @@ impl Driver {
                     tables,
                     ceqs,
                     aeq,
+                    records: Default::default(),
                     shut_down: false,
                 })
             }
@@ -515,6 +516,7 @@ impl Driver {
             eq.release(access);
         }
         self.tables.release_all(access);
+        self.records.release_all(access);
         self.mailbox.release(access);
         self.cmdq.release(access);
         tracing::info!(usage = ?self.access.usage(), "function shut down");

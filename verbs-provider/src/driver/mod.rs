@@ -7,6 +7,7 @@
 //! * [`eq`]: event queues (completion and asynchronous).
 //! * [`bringup`]: the initialisation order (hns §2.6) and teardown.
 //! * [`dma`]: DMA accounting, queue buffers and MTRs; [`bitmap`]: object numbers.
+//! * [`record`]: record-doorbell slots.
 //!
 //! [`Driver`] ties them together; the verbs layer holds it behind one lock.
 
@@ -17,6 +18,7 @@ pub mod dma;
 pub mod eq;
 pub mod hem;
 pub mod mailbox;
+pub mod record;
 
 use std::sync::Arc;
 
@@ -29,6 +31,7 @@ use self::dma::{CountingAccess, DmaUsage, MtrError};
 use self::eq::{EqEntry, EqError, EventQueue};
 use self::hem::{ContextTables, HemError};
 use self::mailbox::{Mailbox, MailboxError};
+use self::record::RecordPages;
 use crate::device_access::AccessError;
 
 pub use self::bringup::DriverConfig;
@@ -191,6 +194,7 @@ pub struct Driver {
     tables: ContextTables,
     ceqs: Vec<EventQueue>,
     aeq: Option<EventQueue>,
+    records: RecordPages,
     shut_down: bool,
 }
 
@@ -208,6 +212,24 @@ impl Driver {
     /// The capabilities.
     pub fn caps(&self) -> &DeviceCaps {
         &self.info.caps
+    }
+
+    /// A zeroed record-doorbell slot in DMA memory (see [`record`]).
+    ///
+    /// # Errors
+    /// The backend's, when no DMA memory is left for a new page.
+    pub fn allocate_record(&mut self) -> Result<u64, AccessError> {
+        self.records.allocate(&*self.access)
+    }
+
+    /// Gives back a record slot the device no longer reads.
+    pub fn free_record(&mut self, address: u64) {
+        self.records.free(&*self.access, address);
+    }
+
+    /// Record-doorbell slots in use.
+    pub fn records_in_use(&self) -> usize {
+        self.records.in_use()
     }
 
     /// Number of completion vectors (CEQs).

@@ -2,6 +2,11 @@
 //! it, and a CQC created with `CREATE_CQC`. Depth is the requested count rounded up to a
 //! power of two, at least 64 (hns provider rule).
 //!
+//! The poller publishes its consumer index in the CQ's record doorbell (hns §6.2: a
+//! 4-byte slot in DMA memory named by the CQC, which the device reads before it writes a
+//! CQE), as the hns provider does; on a device without `CQ_RECORD_DB` it rings the
+//! set-CI doorbell instead.
+//!
 //! Arming ([`CompletionQueue::req_notify`]) writes the CQ arm doorbell; the next
 //! (solicited) completion makes the device post a CEQE on the CQ's completion vector,
 //! which the context routes to the CQ's completion channel.
@@ -11,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rnic_firmware_if::bits::Layout;
+use rnic_firmware_if::caps::CapFlags;
 use rnic_firmware_if::context::{CqArmState, CqState, Cqc, CqeSize, CQC_SIZE};
 use rnic_firmware_if::doorbell::{CqDoorbell, DB_OFFSET};
 use rnic_firmware_if::mailbox::{ContextTable, MailboxOpcode};
@@ -49,6 +55,9 @@ pub(crate) struct CqInner {
     /// release, which waits for no poller because polling borrows the handle that
     /// destroying consumes.
     pub(crate) buffer_base: u64,
+    /// Bus address of the CQ's record doorbell, when the device reads one; freed at
+    /// release, after DESTROY_CQC.
+    record: Option<u64>,
     released: AtomicBool,
     resources: Mutex<Option<(QueueBuffer, Mtr)>>,
 }
@@ -75,15 +84,27 @@ impl CqInner {
         let mut result = Ok(());
         {
             let mut state = self.context.lock();
-            if let Err(e) = state.driver.mailbox_plain(MailboxOpcode::DestroyCqc, self.cqn) {
-                tracing::error!(cqn = self.cqn, %e, "DESTROY_CQC failed");
-                result = Err(VerbsError::mailbox("DESTROY_CQC")(e));
-            }
+            let destroyed = match state.driver.mailbox_plain(MailboxOpcode::DestroyCqc, self.cqn) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(cqn = self.cqn, %e, "DESTROY_CQC failed");
+                    result = Err(VerbsError::mailbox("DESTROY_CQC")(e));
+                    false
+                }
+            };
             if let Err(e) = state.driver.context_put(ContextTable::Cqc, self.cqn) {
                 result = result.and(Err(VerbsError::context_table("release CQC entry")(e)));
             }
             state.cq_routes.remove(&self.cqn);
             state.allocators.cqs.free(self.cqn);
+            match (self.record, destroyed) {
+                // After DESTROY_CQC the device reads the slot no more.
+                (Some(record), true) => state.driver.free_record(record),
+                // The device may still hold the CQ: a new CQ must not share the slot
+                // (it goes back with the page at shutdown).
+                (Some(record), false) => tracing::warn!(cqn = self.cqn, record, "CQ record doorbell kept"),
+                (None, _) => {}
+            }
         }
         if let Some((buffer, mtr)) = self.resources.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let access: &dyn DeviceAccess = &*self.context.access;
@@ -101,13 +122,28 @@ impl CqInner {
         self.poll.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Set-CI doorbell (hns §6.1 `CMD = 3`, 24-bit CI; no CQ record doorbell).
+    /// Tells the device the consumer index: the record doorbell (rdma-core hns
+    /// `update_cq_db`: `cons_index & 0xFFFFFF` into the slot), else the set-CI doorbell
+    /// (hns §6.1 `CMD = 3`, 24-bit CI).
     pub(crate) fn publish_consumer_index(&self, consumer_index: u32) {
         self.consumer_index.store(consumer_index, Ordering::Release);
-        let doorbell = CqDoorbell::update(self.cqn, consumer_index & CI_MASK);
-        self.context
-            .access
-            .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
+        let ci = consumer_index & CI_MASK;
+        match self.record {
+            Some(record) => {
+                if let Err(e) = self.context.access.dma_write(record, &ci.to_le_bytes()) {
+                    // The slot is the driver's own DMA memory: only a backend failure
+                    // gets here, and the device then sees an older index (at worst an
+                    // overflow it reports).
+                    tracing::error!(cqn = self.cqn, %e, "CQ record doorbell write failed");
+                }
+            }
+            None => {
+                let doorbell = CqDoorbell::update(self.cqn, ci);
+                self.context
+                    .access
+                    .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
+            }
+        }
     }
 }
 
@@ -216,7 +252,28 @@ impl Context {
             buffer.release(device);
             return Err(VerbsError::OutOfResources("no free CQ number".into()));
         };
+        // Zeroed before CREATE_CQC: the device may read it from the first CQE on.
+        let record = if caps.flags.contains(CapFlags::CQ_RECORD_DB) {
+            match state.driver.allocate_record() {
+                Ok(address) => Some(address),
+                Err(e) => {
+                    state.allocators.cqs.free(cqn);
+                    drop(state);
+                    mtr.release(device);
+                    buffer.release(device);
+                    return Err(VerbsError::memory("allocate CQ record doorbell")(e));
+                }
+            }
+        } else {
+            None
+        };
+        let release_record = |state: &mut super::context::ContextState| {
+            if let Some(record) = record {
+                state.driver.free_record(record);
+            }
+        };
         if let Err(e) = state.driver.context_get(ContextTable::Cqc, cqn) {
+            release_record(&mut state);
             state.allocators.cqs.free(cqn);
             drop(state);
             mtr.release(device);
@@ -237,11 +294,16 @@ impl Context {
         cqc.set_cqe_ba_page_size(mtr.ba_page_size_field());
         cqc.set_cqe_buffer_page_size(mtr.buffer_page_size_field());
         cqc.set_cqe_base_address(mtr.root() >> 3);
+        if let Some(record) = record {
+            cqc.set_record_enable(true);
+            cqc.set_record_address(record);
+        }
         if let Err(e) = state
             .driver
             .mailbox_with_input(MailboxOpcode::CreateCqc, cqn, cqc.bytes())
         {
             let _ = state.driver.context_put(ContextTable::Cqc, cqn);
+            release_record(&mut state);
             state.allocators.cqs.free(cqn);
             drop(state);
             mtr.release(device);
@@ -273,6 +335,7 @@ impl Context {
                 consumer_index: AtomicU32::new(0),
                 poll: Mutex::new(PollState::default()),
                 buffer_base: buffer.address(),
+                record,
                 released: AtomicBool::new(false),
                 resources: Mutex::new(Some((buffer, mtr))),
             }),
@@ -328,9 +391,9 @@ impl CompletionQueue {
             .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
     }
 
-    /// Publishes `consumer_index` with the set-CI doorbell and takes it as the poller's
-    /// consumer index: for tests of the device. [`CompletionQueue::poll`] publishes its
-    /// own.
+    /// Publishes `consumer_index` as polling does (record or set-CI doorbell) and takes
+    /// it as the poller's consumer index: for tests of the device.
+    /// [`CompletionQueue::poll`] publishes its own.
     pub fn update_consumer_index(&self, consumer_index: u32) {
         self.inner.poll().consumer_index = consumer_index;
         self.inner.publish_consumer_index(consumer_index);
@@ -346,6 +409,12 @@ impl CompletionQueue {
     /// (`comp_events_completed` counts the acknowledged ones).
     pub fn events_delivered(&self) -> u32 {
         self.inner.events.delivered.load(Ordering::Acquire)
+    }
+
+    /// Bus address of the CQ's record doorbell (the consumer index the device reads),
+    /// or `None` when the device has no `CQ_RECORD_DB` and the set-CI doorbell is used.
+    pub fn record_doorbell(&self) -> Option<u64> {
+        self.inner.record
     }
 
     /// The poller's consumer index (free-running).
