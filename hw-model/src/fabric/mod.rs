@@ -94,9 +94,9 @@ pub trait Port {
     fn recycle_frame(&mut self, buffer: Vec<u8>);
 }
 
-// Inline, reading the scheduler and the transmit queue directly: the fabric asks every
-// device for its next event, moves it and polls it on every step, and across the crate
-// boundary each of those was a call even when the device had nothing to do.
+// Inline: the fabric asks every device for its next event, moves it and polls it on
+// every step, and each of those was a call even when the device had nothing to do. The
+// device's own `advance_to` and `poll_transmit` are inline and return at once then.
 impl Port for Device {
     fn mac_address(&self) -> [u8; 6] {
         self.config().mac_address
@@ -114,19 +114,11 @@ impl Port for Device {
 
     #[inline]
     fn advance_to(&mut self, t: Picoseconds) {
-        if self.scheduler.next_event_time().is_some_and(|next| next <= t) {
-            Device::advance_to(self, t);
-        } else {
-            // Nothing due: only the clock moves, as in `Device::advance_to`.
-            self.scheduler.advance_to(t);
-        }
+        Device::advance_to(self, t);
     }
 
     #[inline]
     fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        if self.transport.transmitted.is_empty() {
-            return None;
-        }
         Device::poll_transmit(self)
     }
 

@@ -254,6 +254,7 @@ impl Transport {
 
 impl Device {
     /// The next Ethernet frame (without FCS) the device has transmitted, if any.
+    #[inline]
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         self.transport.transmitted.pop_front()
     }
