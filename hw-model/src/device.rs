@@ -393,9 +393,7 @@ impl Device {
     /// Writes configuration space.
     pub fn config_write(&mut self, offset: usize, data: &[u8]) {
         // The write may turn bus mastering off: the cached contexts go back first.
-        self.write_back_contexts();
-        self.context_cache.clear();
-        self.cq_buffers.clear();
+        self.drop_context_cache();
         let was_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
         self.config_space.write(offset, data);
         let now_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
@@ -589,9 +587,7 @@ impl Device {
     fn function_reset(&mut self) {
         tracing::info!(target: "rnic::device", "function reset");
         // Host memory keeps the progress the device made before the reset.
-        self.write_back_contexts();
-        self.context_cache.clear();
-        self.cq_buffers.clear();
+        self.drop_context_cache();
         self.scheduler.clear();
         self.cmdq = CommandQueue::default();
         self.firmware = Firmware::new(&self.config);
@@ -737,9 +733,7 @@ impl Device {
     /// cached page translations: the driver may have changed host BT pages or contexts
     /// before any command or mailbox (see `hem`).
     pub(crate) fn forget_context_caches(&mut self) {
-        self.write_back_contexts();
-        self.context_cache.clear();
-        self.cq_buffers.clear();
+        self.drop_context_cache();
         self.tables.qpc.forget_locations();
         self.tables.mpt.forget_locations();
         self.tables.cqc.forget_locations();
@@ -823,6 +817,14 @@ impl Device {
     pub(crate) fn write_back_contexts(&mut self) {
         self.apply_all_qpc_progress();
         self.write_back_dirty_contexts();
+    }
+
+    /// Writes the cached contexts back ([`Self::write_back_contexts`]) and forgets them
+    /// with the CQ buffer records that lean on them.
+    fn drop_context_cache(&mut self) {
+        self.write_back_contexts();
+        self.context_cache.clear();
+        self.cq_buffers.clear();
     }
 
     /// Writes the dirty cached contexts back to host memory.

@@ -702,8 +702,9 @@ pub fn run_with_progress(
     }
 
     let before = transport_retransmissions(&requester.device) + transport_retransmissions(&responder.device);
-    let cqes_before =
-        requester.device.with_device(|d| d.counters().cqes) + responder.device.with_device(|d| d.counters().cqes);
+    let cqes_written =
+        || requester.device.with_device(|d| d.counters().cqes) + responder.device.with_device(|d| d.counters().cqes);
+    let cqes_before = cqes_written();
     for side in [&requester, &responder] {
         side.device.with_device(|d| d.timing_mut().reset_totals());
     }
@@ -739,9 +740,7 @@ pub fn run_with_progress(
     // (found by scanning from where the last one was found, until as many completions as
     // new CQEs are consumed) or after their previous step did something (a freed window
     // slot to post into). This changes nothing but the wall time with many QPs.
-    let cqes_written =
-        || requester.device.with_device(|d| d.counters().cqes) + responder.device.with_device(|d| d.counters().cqes);
-    let mut seen_cqes = cqes_written();
+    let mut seen_cqes = cqes_before;
     let mut dirty: Vec<usize> = (0..pairs.len()).collect();
     let mut next_dirty: Vec<usize> = Vec::with_capacity(pairs.len());
     let mut cursor = 0usize;
@@ -850,9 +849,7 @@ pub fn run_with_progress(
     report.responder_stages = b.0;
     report.mtt_hits = a.1 + b.1;
     report.mtt_misses = a.2 + b.2;
-    report.cqes_written = requester.device.with_device(|d| d.counters().cqes)
-        + responder.device.with_device(|d| d.counters().cqes)
-        - cqes_before;
+    report.cqes_written = cqes_written() - cqes_before;
     report.retransmissions =
         transport_retransmissions(&requester.device) + transport_retransmissions(&responder.device) - before;
     report.fabric = fabric.statistics();

@@ -277,7 +277,8 @@ fn run_on(config: &PingpongConfig, context: Context, stream: TcpStream, client: 
         .map_err(|error| PingpongError::Message(format!("post_recv: {error}")))
     };
     // rc_pingpong takes its QP to INIT before it posts receives.
-    remote::init_rc(&qp)?;
+    // RESET → INIT: receives may be posted from here on.
+    qp.init_rc()?;
     let mut outstanding = 0u64;
     while outstanding < u64::from(RX_DEPTH).min(bench.iterations) {
         post_recv()?;

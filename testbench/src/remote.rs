@@ -473,14 +473,8 @@ pub(crate) fn connect_rc(
     dmac: [u8; 6],
     path: &RcPath,
 ) -> Result<()> {
-    init_rc(qp)?;
-    rtr_rts_rc(qp, local_psn, dest_qpn, dest_psn, dgid, dmac, path)
-}
-
-/// RESET → INIT for an RC QP, remote access allowed (receives may be posted from here on).
-pub(crate) fn init_rc(qp: &QueuePair) -> Result<()> {
     qp.init_rc()?;
-    Ok(())
+    rtr_rts_rc(qp, local_psn, dest_qpn, dest_psn, dgid, dmac, path)
 }
 
 /// INIT → RTR → RTS for an RC QP (the second half of [`connect_rc`]).

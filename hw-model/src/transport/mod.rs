@@ -834,20 +834,20 @@ impl Device {
             retry_left: requester.retry_left,
             rnr_left: requester.rnr_left,
         });
-        let mut progress = QpcProgress {
-            sending,
+        let progress = QpcProgress {
+            // A QP that stopped sending keeps the SQ fields it last recorded.
+            sending: sending.or_else(|| {
+                self.transport
+                    .qpc_progress
+                    .get(&qpn)
+                    .and_then(|earlier| earlier.sending)
+            }),
             epsn: responder.epsn,
             msn: responder.msn,
             psn_error: responder.psn_error_sent,
             rq_consumer: responder.rq_consumer,
         };
-        if let Some(earlier) = self.transport.qpc_progress.insert(qpn, progress) {
-            if progress.sending.is_none() && earlier.sending.is_some() {
-                // A QP that stopped sending keeps the SQ fields it last recorded.
-                progress.sending = earlier.sending;
-                self.transport.qpc_progress.insert(qpn, progress);
-            }
-        }
+        self.transport.qpc_progress.insert(qpn, progress);
     }
 
     /// Writes QP `qpn`'s recorded progress (if any) into its QPC.

@@ -6,6 +6,7 @@
 //! A slot is zeroed when it is handed out, so a queue never starts from the index a
 //! destroyed queue left there.
 
+use super::bitmap::IndexAllocator;
 use crate::device_access::{AccessError, DeviceAccess, DmaBuffer};
 
 /// Bytes per record-doorbell page (one 4 KiB frame).
@@ -13,15 +14,13 @@ pub const RECORD_PAGE_SIZE: usize = 4096;
 /// Bytes per record slot (a little-endian u32).
 pub const RECORD_SLOT_SIZE: usize = 4;
 const SLOTS_PER_PAGE: usize = RECORD_PAGE_SIZE / RECORD_SLOT_SIZE;
-const WORDS_PER_PAGE: usize = SLOTS_PER_PAGE / 64;
 
 /// One page of record slots.
 #[derive(Debug)]
 struct RecordPage {
     buffer: DmaBuffer,
-    /// Bit `i` set: slot `i` is in use.
-    used: [u64; WORDS_PER_PAGE],
-    in_use: usize,
+    /// The slots in use, by index in the page.
+    slots: IndexAllocator,
 }
 
 /// The record-doorbell slots of one function.
@@ -36,30 +35,28 @@ impl RecordPages {
     /// # Errors
     /// The backend's, when a new page cannot be allocated or the slot not zeroed.
     pub fn allocate(&mut self, access: &dyn DeviceAccess) -> Result<u64, AccessError> {
-        let index = match self.pages.iter().position(|page| page.in_use < SLOTS_PER_PAGE) {
-            Some(index) => index,
+        let page = match self
+            .pages
+            .iter()
+            .position(|page| page.slots.in_use() < page.slots.capacity())
+        {
+            Some(index) => &mut self.pages[index],
             None => {
                 let buffer = access.allocate_dma(RECORD_PAGE_SIZE, RECORD_PAGE_SIZE)?;
                 self.pages.push(RecordPage {
                     buffer,
-                    used: [0; WORDS_PER_PAGE],
-                    in_use: 0,
+                    slots: IndexAllocator::new(0, SLOTS_PER_PAGE as u32),
                 });
-                self.pages.len() - 1
+                self.pages.last_mut().expect("just pushed")
             }
         };
-        let page = &mut self.pages[index];
-        let word = page
-            .used
-            .iter()
-            .position(|word| *word != u64::MAX)
-            .expect("a page with a free slot has a word with a clear bit");
-        let bit = page.used[word].trailing_ones() as usize;
-        let address = page.buffer.address() + ((word * 64 + bit) * RECORD_SLOT_SIZE) as u64;
+        let slot = page.slots.allocate().expect("a page with a free slot");
+        let address = page.buffer.address() + u64::from(slot) * RECORD_SLOT_SIZE as u64;
         // A freed slot still holds its last queue's index.
-        access.dma_write(address, &[0; RECORD_SLOT_SIZE])?;
-        page.used[word] |= 1 << bit;
-        page.in_use += 1;
+        if let Err(error) = access.dma_write(address, &[0; RECORD_SLOT_SIZE]) {
+            page.slots.free(slot);
+            return Err(error);
+        }
         Ok(address)
     }
 
@@ -77,14 +74,11 @@ impl RecordPages {
         };
         let page = &mut self.pages[index];
         let slot = (address - page.buffer.address()) as usize / RECORD_SLOT_SIZE;
-        let (word, bit) = (slot / 64, slot % 64);
-        if page.used[word] & (1 << bit) == 0 {
+        if !page.slots.free(slot as u32) {
             tracing::error!(address, "record doorbell freed twice");
             return;
         }
-        page.used[word] &= !(1 << bit);
-        page.in_use -= 1;
-        if page.in_use == 0 {
+        if page.slots.in_use() == 0 {
             let page = self.pages.swap_remove(index);
             access.free_dma(page.buffer);
         }
@@ -92,7 +86,7 @@ impl RecordPages {
 
     /// Slots in use.
     pub fn in_use(&self) -> usize {
-        self.pages.iter().map(|page| page.in_use).sum()
+        self.pages.iter().map(|page| page.slots.in_use() as usize).sum()
     }
 
     /// Frees every page (after the function reset: the device reads none of them).
