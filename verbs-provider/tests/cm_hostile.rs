@@ -107,7 +107,7 @@ impl Attacker {
                     bytes.len() as u32,
                     self.mr.lkey(),
                 )],
-                send_flags: if self.sent % 64 == 0 {
+                send_flags: if self.sent & 63 == 0 {
                     SendFlags::SIGNALED
                 } else {
                     SendFlags::empty()
