@@ -141,13 +141,7 @@ impl CmSession {
         self.wait(true, CmEventKind::AddrResolved)?;
         active.resolve_route(2000).map_err(failed)?;
         self.wait(true, CmEventKind::RouteResolved)?;
-        let param = |qp: &QueuePair| ConnParam {
-            private_data: (index as u32).to_be_bytes().to_vec(),
-            responder_resources: RESOURCES,
-            initiator_depth: RESOURCES,
-            qp_num: qp.qp_num(),
-            ..ConnParam::default()
-        };
+        let param = |qp: &QueuePair| conn_param(index, qp);
         active.connect(&param(requester_qp)).map_err(failed)?;
         let request = self.wait(false, CmEventKind::ConnectRequest)?;
         if request.private_data[..4] != (index as u32).to_be_bytes() {
@@ -191,4 +185,147 @@ fn move_qp(id: &CmId, qp: &QueuePair) -> Result<(), BenchError> {
         qp.modify(&attributes, mask)?;
     }
     Ok(())
+}
+
+/// `rnic-bench --cm` across processes: one side's connection manager, run on the wall
+/// clock by [`EventChannel::wait_event`] (the NIC is another process's, reached over
+/// vfio-user or PCI). The server listens before it tells the client its buffers, so no
+/// REQ meets an empty port; the client connects each QP, in order, with its index as the
+/// REQ's private data.
+pub(crate) struct RemoteCm {
+    cm: ConnectionManager,
+    channel: EventChannel,
+    listener: Option<CmId>,
+    ids: Vec<CmId>,
+}
+
+/// Wall time any one exchange may take (a REQ repeats every 6 s).
+const REMOTE_EXCHANGE: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl RemoteCm {
+    /// A connection manager on `context`; `peer` names the peer's MAC if known.
+    pub(crate) fn new(context: &Context, peer: Option<(IpAddr, [u8; 6])>, mtu: Mtu) -> Result<Self, BenchError> {
+        let table = Arc::new(rnic_verbs::cm::StaticNeighbours::new());
+        if let Some((ip, mac)) = peer {
+            table.insert(ip, mac);
+        }
+        let cm = ConnectionManager::new(CmConfig {
+            max_path_mtu: mtu,
+            ..CmConfig::default()
+        });
+        cm.add_device(context, Arc::new(rnic_verbs::cm::Neighbours::host(table)))
+            .map_err(failed)?;
+        let channel = cm.create_event_channel().map_err(failed)?;
+        Ok(Self {
+            cm,
+            channel,
+            listener: None,
+            ids: Vec::new(),
+        })
+    }
+
+    fn next(&self, kind: CmEventKind) -> Result<CmEvent, BenchError> {
+        let event = self
+            .channel
+            .wait_event(REMOTE_EXCHANGE)
+            .ok_or_else(|| failed(format!("no {kind} within {REMOTE_EXCHANGE:?}")))?;
+        if event.kind != kind {
+            return Err(failed(format!(
+                "{} (status {}) instead of {kind}",
+                event.kind, event.status
+            )));
+        }
+        Ok(event)
+    }
+
+    /// The server: listens on `address`.
+    pub(crate) fn listen(&mut self, address: SocketAddr) -> Result<(), BenchError> {
+        let listener = self.channel.create_id(0, PortSpace::Tcp).map_err(failed)?;
+        listener.bind_addr(address).map_err(failed)?;
+        listener.listen(0).map_err(failed)?;
+        self.listener = Some(listener);
+        Ok(())
+    }
+
+    /// The server: accepts one REQ per QP, each naming its QP's index.
+    pub(crate) fn accept_all(&mut self, qps: &[&QueuePair]) -> Result<(), BenchError> {
+        let mut passive: Vec<Option<CmId>> = vec![None; qps.len()];
+        let mut established = 0;
+        // The client connects one QP after the other: a QP's ESTABLISHED (its RTU) comes
+        // before the next one's CONNECT_REQUEST.
+        while established < qps.len() {
+            let event = self
+                .channel
+                .wait_event(REMOTE_EXCHANGE)
+                .ok_or_else(|| failed(format!("no connection event within {REMOTE_EXCHANGE:?}")))?;
+            match event.kind {
+                CmEventKind::ConnectRequest => {
+                    let index = event
+                        .private_data
+                        .get(..4)
+                        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+                        .filter(|i| *i < qps.len() && passive[*i].is_none())
+                        .ok_or_else(|| failed("a REQ without a new QP index"))?;
+                    move_qp(&event.id, qps[index])?;
+                    event.id.accept(&conn_param(index, qps[index])).map_err(failed)?;
+                    passive[index] = Some(event.id);
+                }
+                CmEventKind::Established => established += 1,
+                other => return Err(failed(format!("{other} (status {}) while accepting", event.status))),
+            }
+        }
+        self.ids = passive.into_iter().flatten().collect();
+        Ok(())
+    }
+
+    /// The client: connects each QP to the server at `server`.
+    pub(crate) fn connect_all(&mut self, server: SocketAddr, qps: &[&QueuePair]) -> Result<(), BenchError> {
+        for (index, qp) in qps.iter().enumerate() {
+            let id = self.channel.create_id(index as u64, PortSpace::Tcp).map_err(failed)?;
+            id.resolve_addr(None, server, 2000).map_err(failed)?;
+            self.next(CmEventKind::AddrResolved)?;
+            id.resolve_route(2000).map_err(failed)?;
+            self.next(CmEventKind::RouteResolved)?;
+            id.connect(&conn_param(index, qp)).map_err(failed)?;
+            self.next(CmEventKind::ConnectResponse)?;
+            move_qp(&id, qp)?;
+            id.establish().map_err(failed)?;
+            self.ids.push(id);
+        }
+        Ok(())
+    }
+
+    /// Ends every connection: the client disconnects and waits for the DREPs, the server
+    /// answers the DREQs. Returns the MADs this side sent.
+    pub(crate) fn disconnect_all(self, initiator: bool) -> Result<u64, BenchError> {
+        if initiator {
+            for id in &self.ids {
+                id.disconnect().map_err(failed)?;
+            }
+            for _ in &self.ids {
+                self.next(CmEventKind::Disconnected)?;
+            }
+        } else {
+            for _ in &self.ids {
+                let event = self.next(CmEventKind::Disconnected)?;
+                event.id.disconnect().map_err(failed)?;
+            }
+        }
+        for id in self.ids.iter().chain(&self.listener) {
+            id.destroy().map_err(failed)?;
+        }
+        // A last pass sends what the destroys queued.
+        self.cm.progress();
+        Ok(self.cm.counters().sent)
+    }
+}
+
+fn conn_param(index: usize, qp: &QueuePair) -> ConnParam {
+    ConnParam {
+        private_data: (index as u32).to_be_bytes().to_vec(),
+        responder_resources: RESOURCES,
+        initiator_depth: RESOURCES,
+        qp_num: qp.qp_num(),
+        ..ConnParam::default()
+    }
 }
