@@ -88,11 +88,12 @@ fn a_perftest_side_that_printed_an_error_or_nothing_fails() {
     // A BW server reports the client's figures; silence means it saw no test.
     assert!(!verdict("write", "server", 4096, 200, ""));
     assert!(!verdict("send", "server", 4096, 200, " Couldn't connect to 10.77.0.3:18601\n"));
-    // ib_write_lat prints its table on the client only; its server must still not fail.
-    assert!(verdict("write_lat", "server", 2, 200, &format!("{}\n", "-".repeat(87))));
-    assert!(!verdict("write_lat", "server", 2, 200, "Unable to create QP.\n"));
+    // ib_write_lat prints its latency table on both sides.
     let latency = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]\n 2       200          40.12          310.5        55.20\n";
     assert!(verdict("write_lat", "client", 2, 200, latency));
+    assert!(verdict("write_lat", "server", 2, 200, latency));
+    assert!(!verdict("write_lat", "server", 2, 200, &format!("{}\n", "-".repeat(87))));
+    assert!(!verdict("write_lat", "server", 2, 200, &format!("{latency}Unable to create QP.\n")));
 }
 
 #[test]
