@@ -105,7 +105,11 @@ fn write_and_read_back(qp: &QueuePair, cq: &CompletionQueue, mr_a: &MemoryRegion
     }])
     .unwrap();
     let wc = poll_one(cq);
-    assert_eq!((wc.wr_id, wc.status), (u64::from(round) * 2, WcStatus::Success), "WRITE {round}");
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (u64::from(round) * 2, WcStatus::Success),
+        "WRITE {round}"
+    );
     let mut landed = vec![0u8; data.len()];
     mr_b.read(0x4000, &mut landed).unwrap();
     assert!(landed == data, "WRITE {round}: data at B");
@@ -123,7 +127,11 @@ fn write_and_read_back(qp: &QueuePair, cq: &CompletionQueue, mr_a: &MemoryRegion
     }])
     .unwrap();
     let wc = poll_one(cq);
-    assert_eq!((wc.wr_id, wc.status), (u64::from(round) * 2 + 1, WcStatus::Success), "READ {round}");
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (u64::from(round) * 2 + 1, WcStatus::Success),
+        "READ {round}"
+    );
     let mut fetched = vec![0u8; data.len()];
     mr_a.read(0x8000, &mut fetched).unwrap();
     assert!(fetched == data, "READ {round}: data back at A");
@@ -244,14 +252,21 @@ fn twenty_thousand_hostile_datagrams_leave_a_bounded_log_and_a_working_connectio
     let flooder = std::thread::spawn(move || {
         let sockets: Vec<(u8, UdpSocket)> = [12, 11]
             .into_iter()
-            .map(|n| (n, UdpSocket::bind(format!("127.0.0.{n}:0")).expect("bind a flood socket")))
+            .map(|n| {
+                (
+                    n,
+                    UdpSocket::bind(format!("127.0.0.{n}:0")).expect("bind a flood socket"),
+                )
+            })
             .collect();
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;
         for i in 0..HOSTILE {
             let (source, socket) = &sockets[(i / 8 % 2) as usize];
             let port = socket.local_addr().unwrap().port();
             let datagram = hostile(i, qpn, *source, port, &mut rng);
-            socket.send_to(&datagram, "127.0.0.10:4791").expect("send a hostile datagram");
+            socket
+                .send_to(&datagram, "127.0.0.10:4791")
+                .expect("send a hostile datagram");
             // Bursts of 500: a flood, without overrunning the kernel's socket buffer.
             if i % 500 == 499 {
                 std::thread::sleep(Duration::from_millis(2));
@@ -266,7 +281,8 @@ fn twenty_thousand_hostile_datagrams_leave_a_bounded_log_and_a_working_connectio
     flooder.join().unwrap();
     // Let A take in what is still queued, then prove the connection both ways.
     let drained = server_a.handle().wait_for(Duration::from_secs(20), |s| {
-        let taken = (s.net.frames_received + s.net.rx_malformed) - (before.net.frames_received + before.net.rx_malformed);
+        let taken =
+            (s.net.frames_received + s.net.rx_malformed) - (before.net.frames_received + before.net.rx_malformed);
         taken >= u64::from(HOSTILE) * 99 / 100
     });
     for extra in 0..20 {
@@ -294,10 +310,19 @@ fn twenty_thousand_hostile_datagrams_leave_a_bounded_log_and_a_working_connectio
          {out_of_sequence} out of sequence; by kind {:?}",
         stats.diagnostic_counts
     );
-    assert!(diagnosed >= dropped, "every drop is a diagnostic: {diagnosed} < {dropped}");
+    assert!(
+        diagnosed >= dropped,
+        "every drop is a diagnostic: {diagnosed} < {dropped}"
+    );
     let accounted = malformed + dropped + out_of_sequence;
-    assert!(accounted >= u64::from(HOSTILE) * 99 / 100, "{accounted} of {HOSTILE} counted");
-    assert!(dropped >= u64::from(HOSTILE) / 2, "the flood reached the transport: {dropped}");
+    assert!(
+        accounted >= u64::from(HOSTILE) * 99 / 100,
+        "{accounted} of {HOSTILE} counted"
+    );
+    assert!(
+        dropped >= u64::from(HOSTILE) / 2,
+        "the flood reached the transport: {dropped}"
+    );
 
     // The log: within the documented bound.
     let text = log.text();
@@ -311,7 +336,10 @@ fn twenty_thousand_hostile_datagrams_leave_a_bounded_log_and_a_working_connectio
         lines.len()
     );
     assert!(kinds <= 30, "{kinds} diagnostics kinds: {:?}", stats.diagnostic_counts);
-    assert!(diag_lines <= bound, "{diag_lines} rnic::diag lines, bound {bound}:\n{text}");
+    assert!(
+        diag_lines <= bound,
+        "{diag_lines} rnic::diag lines, bound {bound}:\n{text}"
+    );
     // Everything else is a fixed number of start, attach and stop lines.
     assert!(lines.len() <= bound + 40, "{} log lines:\n{text}", lines.len());
     assert!(

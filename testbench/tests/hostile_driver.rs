@@ -236,12 +236,18 @@ struct Tripwire {
 
 impl HostMemory for Tripwire {
     fn read(&self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
-        assert!(!self.armed.load(Ordering::SeqCst), "tripwire: device read at {address:#x}");
+        assert!(
+            !self.armed.load(Ordering::SeqCst),
+            "tripwire: device read at {address:#x}"
+        );
         self.memory.read(address, buffer)
     }
 
     fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
-        assert!(!self.armed.load(Ordering::SeqCst), "tripwire: device write at {address:#x}");
+        assert!(
+            !self.armed.load(Ordering::SeqCst),
+            "tripwire: device write at {address:#x}"
+        );
         self.memory.write(address, data)
     }
 }

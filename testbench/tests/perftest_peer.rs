@@ -364,8 +364,8 @@ fn the_command_line_refuses_what_perftest_has_no_program_for() {
 /// writes `size`); returns the server's report.
 fn serve_writes(size: usize, iters: u64, written: u32) -> BenchReport {
     use rnic_verbs::{
-        AccessFlags, AhAttributes, Context, DeviceAccess, Gid, Mtu, QpCapabilities, QpInitAttributes, QpType, RcConnection,
-        RdmaFields, SendFlags, SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
+        AccessFlags, AhAttributes, Context, DeviceAccess, Gid, Mtu, QpCapabilities, QpInitAttributes, QpType,
+        RcConnection, RdmaFields, SendFlags, SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
     };
     let fabric = EmbeddedFabric::new(FabricConfig::default());
     let nic = fabric.add_nic([2, 0, 0, 0, 0, 0xa]);
@@ -373,7 +373,9 @@ fn serve_writes(size: usize, iters: u64, written: u32) -> BenchReport {
     let context = Context::open(Box::new(writer_nic.clone())).unwrap();
     let pd = context.alloc_pd().unwrap();
     // perftest's buffer holds rand() bytes; these are as unlike the sentinel.
-    let data: Vec<u8> = (0..65_536u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let data: Vec<u8> = (0..65_536u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     let mr = pd.register_user_memory(data, AccessFlags::LOCAL_WRITE).unwrap();
     let cq = context.create_cq(256, None, 0).unwrap();
     let qp = pd
@@ -444,7 +446,12 @@ fn serve_writes(size: usize, iters: u64, written: u32) -> BenchReport {
         });
         let (stream, _) = listener.accept().unwrap();
         let mut exchange = Exchange::new(stream, false).unwrap();
-        let served = perftest::run_with_device(&config(Test::WriteBw, size, iters, 1, true), Box::new(nic), None, &mut exchange);
+        let served = perftest::run_with_device(
+            &config(Test::WriteBw, size, iters, 1, true),
+            Box::new(nic),
+            None,
+            &mut exchange,
+        );
         drop(exchange);
         writer.join().unwrap().unwrap();
         served.unwrap()

@@ -1296,7 +1296,11 @@ fn emitted_frames_pass_the_tshark_icrc_oracle() {
     assert!(!report.passed(), "the checker accepted a broken ICRC: {report}");
     assert!(report.problems.iter().any(|p| p.what.contains("bad ICRC")), "{report}");
     if let Some(shared) = &report.shared {
-        assert!(!shared.passed, "the shared oracle accepted a broken ICRC: {}", shared.output);
+        assert!(
+            !shared.passed,
+            "the shared oracle accepted a broken ICRC: {}",
+            shared.output
+        );
     }
     // KEEP_ORACLE_DIR=1 keeps the pcaps (in the temp dir printed above) for a look in Wireshark.
     if std::env::var_os("KEEP_ORACLE_DIR").is_none() {
