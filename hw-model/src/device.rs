@@ -412,15 +412,30 @@ impl Device {
     /// Reads `data.len()` bytes from `bar` at `offset`. Unmapped or disabled regions read
     /// as all ones, as an unsupported PCI request would.
     pub fn bar_read(&mut self, bar: u8, offset: u64, data: &mut [u8]) {
+        // What PCI gives for a read nothing claims: all ones (and a diagnostic).
         data.fill(0xFF);
         if !self.config_space.memory_enabled() {
+            self.diagnose(
+                Source::Pci,
+                format!("BAR{bar}"),
+                "COMMAND.MEMORY_SPACE",
+                0,
+                "memory decoding enabled before BAR reads (reads all ones)",
+            );
             return;
         }
         match bar {
             regs::CONTROL_BAR => self.control_read(offset, data),
+            // Doorbells are write-only; their pages read as zero, like hns's.
             regs::DOORBELL_BAR => data.fill(0),
             regs::MSIX_BAR => self.msix.read(offset, data),
-            _ => {}
+            _ => self.diagnose(
+                Source::Pci,
+                format!("BAR{bar}"),
+                "BAR index",
+                bar as u64,
+                "BAR 0, 2 or 4 (reads all ones)",
+            ),
         }
     }
 
@@ -526,7 +541,16 @@ impl Device {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as usize;
                 self.registers.event_enable[eqn] as u32
             }
-            _ => 0,
+            _ => {
+                self.diagnose(
+                    Source::Register,
+                    format!("BAR0+{offset:#x}"),
+                    "register offset",
+                    offset,
+                    "a register of docs/register-map.md (others read all ones)",
+                );
+                u32::MAX
+            }
         }
     }
 
