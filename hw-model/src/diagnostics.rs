@@ -55,7 +55,7 @@ impl std::fmt::Display for Diagnostic {
 }
 
 /// Bounded log of the most recent diagnostics, plus a total count.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct DiagnosticLog {
     recent: VecDeque<Diagnostic>,
     total: u64,
