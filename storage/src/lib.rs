@@ -22,3 +22,4 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod nvmeof;
