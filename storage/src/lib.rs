@@ -23,3 +23,4 @@
 
 pub mod block;
 pub mod nvmeof;
+pub mod rdma;

@@ -3,4 +3,8 @@
 //!
 //! * [`wire`] — the formats: CM private data, SQE/CQE, SGL descriptors, Fabrics, admin
 //!   and NVM commands, Connect data, properties, Identify structures, log pages, status.
+//! * [`target`] — the target: discovery and NVM subsystems, controllers, queues.
+//! * [`host`] — the host: discovery, a controller's queues, I/O, keep-alive, reconnect.
+pub mod host;
+pub mod target;
 pub mod wire;
