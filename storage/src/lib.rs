@@ -23,4 +23,5 @@
 
 pub mod block;
 pub mod nvmeof;
+pub mod perf;
 pub mod rdma;
