@@ -177,7 +177,7 @@ pub fn run(
         .namespace(workload.nsid)
         .ok_or_else(|| HostError::Config(format!("namespace {} is not active", workload.nsid)))?;
     let block_size = namespace.block_size;
-    if workload.io_size == 0 || workload.io_size % block_size != 0 || workload.io_size > host.max_transfer() {
+    if workload.io_size == 0 || !workload.io_size.is_multiple_of(block_size) || workload.io_size > host.max_transfer() {
         return Err(HostError::Config(format!(
             "I/O size {}: whole {block_size}-byte blocks up to {} bytes",
             workload.io_size,
@@ -296,8 +296,8 @@ fn drive(
     loop {
         // Keep every idle slot busy until the run stops.
         if !stopping {
-            for index in 0..slots.len() {
-                if slots[index].busy {
+            for (index, slot) in slots.iter_mut().enumerate() {
+                if slot.busy {
                     continue;
                 }
                 if workload.ios.is_some_and(|limit| submitted >= limit)
@@ -308,7 +308,6 @@ fn drive(
                 }
                 let unit = pick_unit(workload.pattern, &mut rng, &mut cursor, &in_use, units);
                 let read = (rng.next() % 100) < u64::from(workload.read_percent);
-                let slot = &mut slots[index];
                 slot.unit = unit;
                 slot.op = if read { IoOp::Read } else { IoOp::Write };
                 if !read {
