@@ -162,7 +162,7 @@ impl RunClock {
     }
 }
 
-/// Runs `workload` on `host`; `progress` is called every few thousand I/Os.
+/// Runs `workload` on `host`; `progress` is called every 1024 I/Os.
 ///
 /// # Errors
 /// [`HostError::Config`] for a workload the host or namespace cannot carry (sizes,
@@ -401,7 +401,7 @@ fn drive(
                 }
             }
         }
-        if since_progress >= 4096 {
+        if since_progress >= 1024 {
             since_progress = 0;
             let elapsed = clock.now(host).saturating_sub(start) as f64 / 1e9;
             progress(ProgressLine {

@@ -23,7 +23,7 @@ pub struct Rig {
     pub target: Arc<Mutex<Target>>,
     pub device: Arc<dyn BlockDevice>,
     pub target_nic: EmbeddedDevice,
-    host_macs: u8,
+    host_macs: u16,
 }
 
 pub struct RigConfig {
@@ -102,7 +102,8 @@ impl Rig {
     /// A new NIC on the fabric and a host on it.
     pub fn connect(&mut self, config: HostConfig) -> Result<Host, HostError> {
         self.host_macs += 1;
-        let nic = self.fabric.add_nic([2, 0, 0, 0, 0, self.host_macs]);
+        let [hi, lo] = self.host_macs.to_be_bytes();
+        let nic = self.fabric.add_nic([2, 0, 0, 0, hi, lo]);
         Host::connect(
             Context::open(Box::new(nic)).unwrap(),
             Box::new(self.cm.connector()),

@@ -77,6 +77,10 @@ pub struct HostConfig {
     pub reconnect_delay_ns: u64,
     /// Enable namespace attribute notices and keep an Asynchronous Event Request out.
     pub async_events: bool,
+    /// Misbehave on purpose (tests of a target): tell the target queues of this many
+    /// entries (CM HSQSIZE, Connect SQSIZE) while keeping `queue_entries` /
+    /// `admin_queue_entries` commands outstanding.
+    pub advertised_queue_entries: Option<u16>,
 }
 
 impl Default for HostConfig {
@@ -100,6 +104,7 @@ impl Default for HostConfig {
             reconnect_attempts: 10,
             reconnect_delay_ns: 100_000_000,
             async_events: true,
+            advertised_queue_entries: None,
         }
     }
 }
@@ -494,11 +499,12 @@ impl Host {
 
     fn connect_queue(&mut self, qid: u16, entries: u16, cntlid: u16, in_capsule: usize) -> Result<HostQueue> {
         let (qp, cq, commands, responses) = HostQueue::create(&self.context, &self.pd, entries, in_capsule)?;
+        let advertised = self.config.advertised_queue_entries.unwrap_or(entries).max(1);
         let request = CmRequestRepr {
             recfmt: 0,
             qid,
             hrqsize: entries,
-            hsqsize: entries - 1,
+            hsqsize: advertised - 1,
             cntlid,
         };
         let device = self.context.query_device();
@@ -574,6 +580,7 @@ impl Host {
             host_nqn: self.config.host_nqn.clone(),
         }
         .to_bytes();
+        let entries = self.config.advertised_queue_entries.unwrap_or(entries).max(2);
         let command = Command::Connect {
             recfmt: 0,
             qid,
@@ -1059,6 +1066,18 @@ impl Host {
             .get(queue + 1)
             .ok_or_else(|| HostError::Config(format!("no I/O queue {queue}")))?;
         Ok(pool.read(buffer, at, out)?)
+    }
+
+    /// The keyed SGL descriptor that names `buffer` of I/O queue `queue`'s pool (for raw
+    /// capsules).
+    pub fn buffer_sgl(&self, queue: usize, buffer: &DataBuffer) -> Option<SglRepr> {
+        let pool = self.pools.get(queue + 1)?;
+        Some(SglRepr::Keyed {
+            address: pool.address(buffer),
+            length: buffer.length,
+            key: pool.rkey(),
+            invalidate: false,
+        })
     }
 
     /// Commands outstanding on I/O queue `queue`.

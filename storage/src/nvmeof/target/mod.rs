@@ -593,9 +593,10 @@ impl Target {
             }
             self.handle_completion(q, wc);
         }
-        if let Some(queue) = self.queues[q].as_mut() {
-            queue.completions = completions;
-        }
+        let Some(queue) = self.queues[q].as_mut() else {
+            return work;
+        };
+        queue.completions = completions;
         work += self.start_waiting(q);
         work += self.execute_ready(q);
         work
@@ -814,8 +815,7 @@ impl Target {
     /// Allocates buffers and starts RDMA READs for waiting commands, oldest first.
     fn start_waiting(&mut self, q: usize) -> usize {
         let mut work = 0;
-        loop {
-            let queue = self.queues[q].as_mut().expect("present");
+        while let Some(queue) = self.queues[q].as_mut() {
             let Some(&slot) = queue.waiting.front() else {
                 break;
             };
