@@ -525,10 +525,10 @@ fn random_capsules_never_hurt_the_target() {
         };
         let mut capsule: Vec<u8> = (0..length).map(|_| rng.next() as u8).collect();
         if length >= 64 {
-            if rng.next() % 4 != 0 {
+            if !rng.next().is_multiple_of(4) {
                 capsule[1] = 0x40;
             }
-            if rng.next() % 2 == 0 {
+            if rng.next().is_multiple_of(2) {
                 // Known opcodes with random fields, aimed at the first 64 blocks.
                 capsule[0] = [
                     0x00, 0x01, 0x02, 0x05, 0x08, 0x09, 0x06, 0x02, 0x09, 0x0A, 0x0C, 0x18, 0x7F,
