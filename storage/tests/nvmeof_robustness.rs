@@ -82,6 +82,8 @@ fn unknown_opcodes_and_bad_flags_are_refused() {
     assert_eq!(counters.status_count(Status::SGL_DESCRIPTOR_TYPE_INVALID), 1);
     assert_eq!(counters.status_count(Status::INVALID_NAMESPACE_OR_FORMAT), 1);
     assert_eq!(counters.queues_torn_down, 0, "answered, not torn down");
+    let refused = rnic_diag::Kind::new("nvmf-target", "refused-command");
+    assert_eq!(target.diagnostics().count(refused), 5, "each one a diagnostic");
 }
 
 #[test]

@@ -40,6 +40,11 @@ use queue::{HostBuffer, HostQueue, Outstanding, Owner};
 
 pub use crate::nvmeof::target::DISCOVERY_NQN;
 
+const DIAG_STRAY_RESPONSE: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "stray response");
+const DIAG_INVALIDATION: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "key not invalidated");
+const DIAG_KEEP_ALIVE: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "keep alive failed");
+const DIAG_CONNECTION_LOST: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "connection lost");
+
 /// How a host connects.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
@@ -1345,8 +1350,9 @@ impl Host {
                     }
                     _ => {
                         self.counters.stray_responses += 1;
-                        tracing::warn!(
-                            target: "rnic::diag",
+                        rnic_diag::warn!(
+                            rnic_diag::global(),
+                            DIAG_STRAY_RESPONSE,
                             queue,
                             cid = cqe.cid,
                             "nvmf host: a response names no outstanding command"
@@ -1381,8 +1387,9 @@ impl Host {
                 self.counters.invalidations += 1;
             } else {
                 self.counters.invalidation_mismatches += 1;
-                tracing::warn!(
-                    target: "rnic::diag",
+                rnic_diag::warn!(
+                    rnic_diag::global(),
+                    DIAG_INVALIDATION,
                     queue,
                     cid = cqe.cid,
                     expected = key,
@@ -1424,7 +1431,12 @@ impl Host {
             Owner::KeepAlive => {
                 self.keep_alive_outstanding = false;
                 if !cqe.status.is_success() {
-                    tracing::warn!(target: "rnic::diag", status = %cqe.status, "nvmf host: Keep Alive failed");
+                    rnic_diag::warn!(
+                        rnic_diag::global(),
+                        DIAG_KEEP_ALIVE,
+                        status = %cqe.status,
+                        "nvmf host: Keep Alive failed"
+                    );
                 }
             }
             Owner::AsyncEvent => {
@@ -1472,7 +1484,12 @@ impl Host {
             self.failed = Some(reason);
             return;
         }
-        tracing::warn!(target: "rnic::diag", %reason, "nvmf host: connection lost; reconnecting");
+        rnic_diag::warn!(
+            rnic_diag::global(),
+            DIAG_CONNECTION_LOST,
+            %reason,
+            "nvmf host: connection lost; reconnecting"
+        );
         // Keep what the I/O callers wait for; the rest is dropped.
         let mut resend: Vec<(usize, Command, Data, u64)> = Vec::new();
         for (queue, q) in self.queues.iter_mut().enumerate() {

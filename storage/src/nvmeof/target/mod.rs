@@ -186,8 +186,6 @@ impl Outcome {
     }
 }
 
-/// Diagnostics logged per kind before they thin out to powers of two.
-const DIAGNOSTICS_IN_FULL: u64 = 16;
 /// Polls between two looks at the clock for timers.
 const HOUSEKEEPING_POLLS: u32 = 128;
 /// Work completions taken per CQ poll.
@@ -211,7 +209,7 @@ pub struct Target {
     polls: u32,
     scratch: Vec<u8>,
     compare: Vec<u8>,
-    diagnostics: BTreeMap<&'static str, u64>,
+    diagnostics: rnic_diag::Limiter,
 }
 
 impl std::fmt::Debug for Target {
@@ -305,7 +303,7 @@ impl Target {
             polls: 0,
             scratch: Vec::new(),
             compare: Vec::new(),
-            diagnostics: BTreeMap::new(),
+            diagnostics: rnic_diag::Limiter::new(rnic_diag::Policy::DEFAULT),
         })
     }
 
@@ -426,15 +424,19 @@ impl Target {
 
     // ----- diagnostics -------------------------------------------------------------
 
-    /// Logs a diagnostic under `rnic::diag`: every one of the first few per kind, then
-    /// only the 2^n-th, so a hostile host cannot flood the log.
-    fn diag(&mut self, kind: &'static str, message: impl FnOnce() -> String) {
-        let count = self.diagnostics.entry(kind).or_insert(0);
-        *count += 1;
-        let count = *count;
-        if count <= DIAGNOSTICS_IN_FULL || count.is_power_of_two() {
-            tracing::warn!(target: "rnic::diag", kind, count, "nvmf target: {}", message());
+    /// Counts a diagnostic of kind `nvmf-target/name` and logs it under `rnic::diag`
+    /// while its kind is not quiet (the bounded log of `rnic-diag`), so a hostile host
+    /// cannot flood the log.
+    fn diag(&mut self, name: &'static str, message: impl FnOnce() -> String) {
+        let kind = rnic_diag::Kind::new("nvmf-target", name);
+        if self.diagnostics.admit(kind) {
+            tracing::warn!(target: rnic_diag::TARGET, kind = %kind, "nvmf target: {}", message());
         }
+    }
+
+    /// The diagnostics counted so far, by kind (`nvmf-target/…`).
+    pub fn diagnostics(&self) -> &rnic_diag::Limiter {
+        &self.diagnostics
     }
 
     // ----- connections -------------------------------------------------------------
