@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use rnic_firmware_if::context::{QpState, Qpc, ServiceType};
+use rnic_firmware_if::context::{QpState, Qpc, ServiceType, GSI_QKEY, GSI_QPN};
 
 use crate::qp::QpBuffer;
 use crate::time::Picoseconds;
@@ -160,7 +160,9 @@ impl QpConfig {
             remote_read: qpc.remote_read_enable(),
             remote_write: qpc.remote_write_enable(),
             remote_atomic: qpc.remote_atomic_enable(),
-            qkey: qpc.qkey_xrcd(),
+            // QP1 always uses the GSI Q_Key (IBA; rdma_rxe does the same), so a GSI QP
+            // whose driver left QKEY_XRCD empty still talks to every CM on the wire.
+            qkey: if qpn == GSI_QPN { GSI_QKEY } else { qpc.qkey_xrcd() },
             buffer: QpBuffer::from_context(qpc).ok(),
             sge_slots: if qpc.sge_shift() == 0 {
                 0
@@ -177,7 +179,7 @@ impl QpConfig {
 // ---- requester --------------------------------------------------------------------------
 
 /// Requester and completer state of one QP (the send side).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Requester {
     /// PSN of the next new packet (QPC SQ_CUR_PSN).
     pub next_psn: u32,
@@ -396,7 +398,7 @@ pub(crate) struct ReplayEntry {
 }
 
 /// Responder state of one QP (the receive side).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Responder {
     /// Expected PSN (QPC RX_REQ_EPSN).
     pub epsn: u32,
@@ -465,7 +467,7 @@ impl Responder {
 // ---- the QP -----------------------------------------------------------------------------
 
 /// The transport state of one QP in RTR, RTS or (draining responses) ERR.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct QpRuntime {
     pub state: QpState,
     pub config: QpConfig,
