@@ -287,8 +287,9 @@ mod tests {
         ]);
         let file = configuration(&arguments).unwrap();
         assert_eq!(file.subsystem.len(), 2);
-        assert_eq!(file.subsystem[0].namespace.len(), 1);
-        assert_eq!(file.subsystem[0].allowed_hosts, vec!["nqn.host:1".to_string()]);
+        let a = file.subsystem.iter().find(|s| s.nqn == "nqn.a").unwrap();
+        assert_eq!(a.namespace.len(), 1);
+        assert_eq!(a.allowed_hosts, vec!["nqn.host:1".to_string()]);
         assert_eq!(file.target_config().unwrap().listen.to_string(), "10.0.0.1:4420");
     }
 }
