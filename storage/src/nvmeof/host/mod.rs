@@ -288,6 +288,7 @@ pub struct Host {
     failed: Option<String>,
     recovering: bool,
     polls: u32,
+    io_polls: u32,
 }
 
 impl std::fmt::Debug for Host {
@@ -350,6 +351,7 @@ impl Host {
             failed: None,
             recovering: false,
             polls: 0,
+            io_polls: 0,
         };
         host.recovering = true;
         let result = host.establish();
@@ -1127,7 +1129,10 @@ impl Host {
     /// [`HostError::Disconnected`] when the connection was lost and could not be
     /// restored.
     pub fn poll(&mut self, completions: &mut Vec<IoCompletion>) -> Result<usize> {
-        self.poll_queues();
+        self.io_polls = self.io_polls.wrapping_add(1);
+        // The admin queue carries only Keep Alives and events on the I/O path: a look
+        // every few polls is enough.
+        self.poll_queues_with(self.io_polls.is_multiple_of(16));
         if let Some(reason) = &self.failed {
             return Err(HostError::Disconnected(reason.clone()));
         }
@@ -1288,8 +1293,13 @@ impl Host {
 
     /// Polls every queue's CQ, finishes commands, and runs the timers; returns the work done.
     fn poll_queues(&mut self) -> usize {
+        self.poll_queues_with(true)
+    }
+
+    fn poll_queues_with(&mut self, admin: bool) -> usize {
         let mut work = 0;
-        for queue in 0..self.queues.len() {
+        let first = usize::from(!admin);
+        for queue in first..self.queues.len() {
             match self.poll_queue(queue) {
                 Ok(n) => work += n,
                 Err(reason) => {
@@ -1312,6 +1322,7 @@ impl Host {
         let mut completions = std::mem::take(&mut q.completions);
         let count = q.cq.poll(&mut completions).map_err(|e| e.to_string())?;
         let mut result = Ok(count);
+        let mut touched: Vec<usize> = Vec::with_capacity(count);
         for wc in &completions[..count] {
             if wc.status != WcStatus::Success {
                 result = Err(format!(
@@ -1324,6 +1335,7 @@ impl Host {
             if wc.wr_id >> 63 == 0 {
                 if let Some(Some(outstanding)) = q.slots.get_mut(slot) {
                     outstanding.send_done = true;
+                    touched.push(slot);
                 }
             } else {
                 let mut bytes = [0u8; 16];
@@ -1344,9 +1356,10 @@ impl Host {
                     })
                 });
                 match target_slot.and_then(|s| q.slots[s].as_mut().map(|o| (s, o))) {
-                    Some((_, outstanding)) if outstanding.response.is_none() => {
+                    Some((s, outstanding)) if outstanding.response.is_none() => {
                         outstanding.response = Some(cqe);
                         outstanding.invalidated = invalidated;
+                        touched.push(s);
                     }
                     _ => {
                         self.counters.stray_responses += 1;
@@ -1362,9 +1375,9 @@ impl Host {
             }
         }
         q.completions = completions;
-        // Finish commands whose response and send completion are both in.
+        // Finish the commands touched now whose response and send completion are both in.
         let mut finished = Vec::new();
-        for slot in 0..q.slots.len() {
+        for &slot in &touched {
             let done = q.slots[slot]
                 .as_ref()
                 .is_some_and(|o| o.send_done && o.response.is_some());
