@@ -19,7 +19,7 @@ use rnic_hw_model::time::Picoseconds;
 use rnic_hw_model::timing::TimingParams;
 use rnic_storage::block::{BlockDevice, RamBackend};
 use rnic_storage::nvmeof::config::parse_size;
-use rnic_storage::nvmeof::embedded::{EmbeddedSession, EmbeddedSetup};
+use rnic_storage::nvmeof::embedded::{CmKind, EmbeddedSession, EmbeddedSetup};
 use rnic_storage::nvmeof::host::{Host, HostConfig};
 use rnic_storage::nvmeof::perf::{self, Pattern, TimeMode, Workload};
 use rnic_storage::nvmeof::target::{AllowedHosts, Subsystem, TargetConfig};
@@ -89,6 +89,10 @@ struct Arguments {
     /// In-capsule data the embedded target takes (0: none).
     #[arg(long, default_value_t = 4096)]
     in_capsule: u32,
+    /// Connection manager of the embedded run: rdma (the RDMA CM on QP1, REQ/REP/RTU on
+    /// the wire) or direct (QPs connected in process).
+    #[arg(long, default_value = "rdma")]
+    cm: String,
     /// Ask the target to invalidate every command's key (keyed SGL 0x4F).
     #[arg(long)]
     invalidate: bool,
@@ -249,6 +253,11 @@ fn embedded(arguments: &Arguments, workload: &Workload) -> Result<PerfReport, St
             max_io_queues: arguments.queues.max(1),
             data_pool_bytes: (8 << 20).max(workload.queue_depth * workload.io_size as usize / 2),
             ..TargetConfig::default()
+        },
+        cm: match arguments.cm.as_str() {
+            "rdma" => CmKind::Rdma { seed: arguments.seed },
+            "direct" => CmKind::Direct,
+            other => return Err(format!("--cm {other}: rdma or direct")),
         },
     };
     let mut session = EmbeddedSession::new(setup, vec![subsystem]).map_err(|e| e.to_string())?;

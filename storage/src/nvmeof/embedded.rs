@@ -16,10 +16,22 @@ use rnic_verbs::Context;
 use super::host::{Host, HostConfig, HostError};
 use super::target::{Subsystem, Target, TargetConfig, TargetError};
 use crate::rdma::reactor::Pace;
-use crate::rdma::{Clock, DirectCm, EmbeddedReactor, RcPathConfig, ServiceAddress};
+use crate::rdma::{Clock, Connector, DirectCm, EmbeddedReactor, Listener, RcPathConfig, RdmaCm, ServiceAddress};
 
 /// The target's address on the embedded fabric.
 pub const TARGET_ADDRESS: ServiceAddress = ServiceAddress::new(Ipv4Addr::new(192, 168, 1, 2), 4420);
+
+/// Which connection manager connects the session's queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmKind {
+    /// The in-process one: QPs connected directly, nothing on the wire.
+    Direct,
+    /// The RDMA CM on QP1 of every NIC: REQ/REP/RTU on the wire, as with Linux.
+    Rdma {
+        /// Seed of the connection managers (communication IDs, PSNs, ports).
+        seed: u64,
+    },
+}
 
 /// How to build an embedded session.
 #[derive(Debug, Clone)]
@@ -38,6 +50,8 @@ pub struct EmbeddedSetup {
     pub path: RcPathConfig,
     /// The target.
     pub target: TargetConfig,
+    /// The connection manager.
+    pub cm: CmKind,
 }
 
 impl Default for EmbeddedSetup {
@@ -54,6 +68,7 @@ impl Default for EmbeddedSetup {
                 listen: TARGET_ADDRESS,
                 ..TargetConfig::default()
             },
+            cm: CmKind::Direct,
         }
     }
 }
@@ -61,7 +76,7 @@ impl Default for EmbeddedSetup {
 /// A target on an embedded NIC, ready for hosts.
 pub struct EmbeddedSession {
     fabric: EmbeddedFabric,
-    cm: DirectCm,
+    direct: DirectCm,
     target: Arc<Mutex<Target>>,
     setup: EmbeddedSetup,
     nics: u8,
@@ -79,24 +94,53 @@ impl EmbeddedSession {
         });
         fabric.set_capture(setup.capture);
         let nic = fabric.add_nic_with_config(Self::nic_config(&setup, 1));
-        let cm = DirectCm::new(setup.path);
-        let listener = cm
-            .listen(setup.target.listen)
-            .map_err(|e| TargetError::Config(e.to_string()))?;
+        let direct = DirectCm::new(setup.path);
+        let context = Self::open(nic, 1, setup.target.listen.ip)?;
+        let listener: Box<dyn Listener> = match setup.cm {
+            CmKind::Direct => Box::new(
+                direct
+                    .listen(setup.target.listen)
+                    .map_err(|e| TargetError::Config(e.to_string()))?,
+            ),
+            CmKind::Rdma { seed } => Box::new(
+                Self::rdma_cm(&fabric, &context, seed)?
+                    .listen(setup.target.listen)
+                    .map_err(|e| TargetError::Config(e.to_string()))?,
+            ),
+        };
         let target = Target::new(
-            Context::open(Box::new(nic))?,
-            Box::new(listener),
+            context,
+            listener,
             Clock::Virtual(fabric.clone()),
             setup.target.clone(),
             subsystems,
         )?;
         Ok(Self {
             fabric,
-            cm,
+            direct,
             target: Arc::new(Mutex::new(target)),
             setup,
             nics: 1,
         })
+    }
+
+    /// Opens NIC `index` with IPv4 address `ip` (GID 0).
+    fn open(nic: rnic_verbs::backend::EmbeddedDevice, index: u8, ip: Ipv4Addr) -> Result<Context, TargetError> {
+        let _ = index;
+        let driver = rnic_verbs::driver::DriverConfig {
+            ipv4_address: Some(ip.octets()),
+            ..rnic_verbs::driver::DriverConfig::default()
+        };
+        Ok(Context::open_with_config(Box::new(nic), &driver)?)
+    }
+
+    fn rdma_cm(fabric: &EmbeddedFabric, context: &Context, seed: u64) -> Result<RdmaCm, TargetError> {
+        RdmaCm::new(
+            context,
+            Arc::new(rnic_verbs::cm::FabricNeighbours(fabric.clone())),
+            rnic_verbs::cm::CmConfig::seeded(seed),
+        )
+        .map_err(|e| TargetError::Config(e.to_string()))
     }
 
     fn nic_config(setup: &EmbeddedSetup, index: u8) -> EmbeddedConfig {
@@ -140,9 +184,19 @@ impl EmbeddedSession {
         let nic = self
             .fabric
             .add_nic_with_config(Self::nic_config(&self.setup, self.nics));
+        let ip = Ipv4Addr::new(192, 168, 1, 100u8.wrapping_add(self.nics));
+        let context = Self::open(nic, self.nics, ip).map_err(|e| HostError::Config(e.to_string()))?;
+        let connector: Box<dyn Connector> = match self.setup.cm {
+            CmKind::Direct => Box::new(self.direct.connector()),
+            CmKind::Rdma { seed } => Box::new(
+                Self::rdma_cm(&self.fabric, &context, seed ^ u64::from(self.nics) << 8)
+                    .map_err(|e| HostError::Config(e.to_string()))?
+                    .connector(),
+            ),
+        };
         Host::connect(
-            Context::open(Box::new(nic))?,
-            Box::new(self.cm.connector()),
+            context,
+            connector,
             Box::new(self.reactor()),
             HostConfig {
                 target: self.setup.target.listen,

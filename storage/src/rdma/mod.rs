@@ -13,6 +13,8 @@
 //!   and besides the real CM.
 //! * [`exchange`] — across processes before the RDMA CM: the same exchange over TCP at
 //!   the service's address (the way perftest swaps QP numbers without rdma_cm).
+//! * [`rdma_cm`] — over the RDMA connection manager (IB CM on QP1, RDMA-CM addressing):
+//!   what Linux's `rdma_cm` talks to, and what puts REQ/REP/RTU on the wire.
 //! * [`memory`] — registered memory a protocol needs: fixed slots (receive buffers,
 //!   command capsules, responses) and a pool of variable-size data buffers.
 //! * [`reactor`] — who lets time pass: the embedded fabric's virtual clock with every
@@ -22,6 +24,7 @@ pub mod connection;
 pub mod direct;
 pub mod exchange;
 pub mod memory;
+pub mod rdma_cm;
 pub mod reactor;
 
 pub use connection::RcPathConfig;
@@ -32,4 +35,5 @@ pub use connection::{
 pub use direct::DirectCm;
 pub use exchange::ExchangeCm;
 pub use memory::{BufferPool, DataBuffer, SlotRegion};
+pub use rdma_cm::RdmaCm;
 pub use reactor::{Clock, EmbeddedReactor, Pace, Poller, Reactor, WallReactor};

@@ -421,6 +421,11 @@ impl Host {
         // Fabrics Connect on the admin queue: a dynamic controller.
         let dw0 = self.fabrics_connect(0, admin_entries, CNTLID_DYNAMIC)?;
         self.cntlid = dw0 as u16;
+        // The controller's keep-alive timer runs from its Connect: keep it fed through
+        // the rest of the bring-up (a lost CM message costs seconds).
+        self.keep_alive_outstanding = false;
+        self.next_keep_alive_ns =
+            (self.config.kato_ms > 0).then(|| self.now() + u64::from(self.config.kato_ms) * 500_000);
         self.cap = Cap::from_u64(self.property_get(offset::CAP, PropertySize::Eight)?);
         let _version = self.property_get(offset::VS, PropertySize::Four)?;
         let cc = Cc::from_u32(self.property_get(offset::CC, PropertySize::Four)? as u32);
@@ -476,9 +481,6 @@ impl Host {
                 self.submit_internal(0, Command::AsyncEventRequest, Owner::AsyncEvent)?;
             }
             self.refresh_namespaces()?;
-        }
-        if self.config.kato_ms > 0 {
-            self.next_keep_alive_ns = Some(self.now() + u64::from(self.config.kato_ms) * 500_000);
         }
         self.failed = None;
         Ok(())
@@ -1472,7 +1474,8 @@ impl Host {
         let now = self.now();
         let mut work = 0;
         if let Some(due) = self.next_keep_alive_ns {
-            if now >= due && !self.keep_alive_outstanding && !self.recovering && self.failed.is_none() {
+            let admin_up = self.queues.first().is_some_and(Option::is_some);
+            if now >= due && !self.keep_alive_outstanding && admin_up && self.failed.is_none() {
                 if self.submit_internal(0, Command::KeepAlive, Owner::KeepAlive).is_ok() {
                     self.keep_alive_outstanding = true;
                     self.counters.keep_alives += 1;
