@@ -1,6 +1,7 @@
 //! Ours ↔ ours across processes: two `rnic-emu serve` processes on loopback UDP, the
 //! target (`rnic-nvmf-tgt`) on one with a file namespace, the host tools (`rnic-nvme`,
-//! `rnic-nvme-perf`) on the other, connected by the TCP exchange.
+//! `rnic-nvme-perf`) on the other, connected through the RDMA CM on QP1 (and once
+//! through the TCP exchange).
 //!
 //! The emulators are this test executable run again (`emulator_child`, ignored unless
 //! asked for by name) calling the emulator library's server, because Cargo builds another
@@ -124,7 +125,7 @@ fn start_target(emulator: &Emulator, port: u16, image: &Path) -> Killed {
             "--namespace",
             &format!("{SUBNQN},1,file:{},size=64MiB", image.display()),
         ])
-        .args(["--log", "warn"])
+        .args(["--log", "warn", "--cm", "rdma", "--neighbours", "udp"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -152,7 +153,20 @@ fn host_tools_and_target_in_separate_processes() {
     let ip = host_emulator.ip();
     let traddr = target_emulator.ip();
     let port_text = port.to_string();
-    let common = ["--device", &device, "--ip", &ip, "-a", &traddr, "-s", &port_text];
+    let common = [
+        "--device",
+        &device,
+        "--ip",
+        &ip,
+        "-a",
+        &traddr,
+        "-s",
+        &port_text,
+        "--cm",
+        "rdma",
+        "--neighbours",
+        "udp",
+    ];
 
     // Discovery lists the subsystem.
     let mut args = vec!["discover"];
@@ -243,6 +257,10 @@ fn host_tools_and_target_in_separate_processes() {
                 "--region",
                 region,
                 "--json",
+                "--cm",
+                "rdma",
+                "--neighbours",
+                "udp",
             ],
         );
         let json: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();

@@ -25,9 +25,10 @@ use rnic_storage::nvmeof::perf::{self, Pattern, TimeMode, Workload};
 use rnic_storage::nvmeof::target::{AllowedHosts, Subsystem, TargetConfig};
 use rnic_storage::perf::{PerfReport, ProgressLine};
 use rnic_storage::rdma::reactor::Pace;
-use rnic_storage::rdma::{ExchangeCm, RcPathConfig, ServiceAddress, WallReactor};
+use rnic_storage::rdma::setup::{open_context, CmChoice};
+use rnic_storage::rdma::{RcPathConfig, ServiceAddress, WallReactor};
 use rnic_testbench::bench::{self, BenchConfig, Mode, Operation};
-use rnic_verbs::{Context, Mtu};
+use rnic_verbs::Mtu;
 
 const SUBNQN: &str = "nqn.2024-01.io.rnic-emu:perf";
 
@@ -89,10 +90,14 @@ struct Arguments {
     /// In-capsule data the embedded target takes (0: none).
     #[arg(long, default_value_t = 4096)]
     in_capsule: u32,
-    /// Connection manager of the embedded run: rdma (the RDMA CM on QP1, REQ/REP/RTU on
-    /// the wire) or direct (QPs connected in process).
+    /// Connection manager: rdma (the RDMA CM on QP1, REQ/REP/RTU on the wire), direct
+    /// (embedded only: QPs connected in process) or exchange (remote only: our TCP exchange).
     #[arg(long, default_value = "rdma")]
     cm: String,
+    /// How the RDMA CM of a remote run finds the target's MAC: kernel (`rnic-emu --net
+    /// eth:`), udp (`--net udp:`) or IP=MAC[,IP=MAC...].
+    #[arg(long, default_value = "kernel")]
+    neighbours: String,
     /// Ask the target to invalidate every command's key (keyed SGL 0x4F).
     #[arg(long)]
     invalidate: bool,
@@ -391,25 +396,16 @@ fn remote(arguments: &Arguments, workload: &Workload) -> Result<PerfReport, Stri
     if workload.mode == TimeMode::Virtual {
         return Err("across processes the figures are wall-clock: add --mode wall".into());
     }
-    let access = rnic_verbs::backend::open_device(device).map_err(|e| format!("{device}: {e}"))?;
-    let driver = rnic_verbs::driver::DriverConfig {
-        ipv4_address: arguments.ip.map(|ip| ip.octets()),
-        ..rnic_verbs::driver::DriverConfig::default()
-    };
-    let context = Context::open_with_config(access, &driver).map_err(|e| e.to_string())?;
-    let cm = ExchangeCm::new(RcPathConfig {
+    let context = open_context(device, arguments.ip)?;
+    let path = RcPathConfig {
         path_mtu: Mtu::from_bytes(arguments.mtu).ok_or_else(|| format!("MTU {}", arguments.mtu))?,
         ack_timeout: 14,
         ..RcPathConfig::default()
-    });
+    };
+    let connector = CmChoice::parse(&arguments.cm, &arguments.neighbours)?.connector(&context, path)?;
     let config = host_config(arguments, workload, target, &subnqn);
-    let mut host = Host::connect(
-        context,
-        Box::new(cm.connector()),
-        Box::new(WallReactor::default()),
-        config,
-    )
-    .map_err(|e| e.to_string())?;
+    let mut host =
+        Host::connect(context, connector, Box::new(WallReactor::default()), config).map_err(|e| e.to_string())?;
     let report = perf::run(&mut host, workload, &mut progress()).map_err(|e| e.to_string())?;
     host.disconnect().map_err(|e| e.to_string())?;
     Ok(report)

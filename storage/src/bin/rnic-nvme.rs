@@ -20,7 +20,8 @@ use clap::{Args, Parser, Subcommand};
 use rnic_storage::nvmeof::host::{Host, HostConfig};
 use rnic_storage::nvmeof::wire::command::log_page;
 use rnic_storage::nvmeof::wire::log::{ErrorLogEntry, ErrorLogEntryRepr, SmartLog, SmartLogRepr};
-use rnic_storage::rdma::{ExchangeCm, RcPathConfig, ServiceAddress, WallReactor};
+use rnic_storage::rdma::setup::{open_context, CmChoice};
+use rnic_storage::rdma::{Connector, RcPathConfig, ServiceAddress, WallReactor};
 use rnic_verbs::Context;
 
 /// nvme-cli's fabrics commands over rnic-emu.
@@ -51,6 +52,14 @@ struct Connection {
     /// Print JSON.
     #[arg(short = 'o', long = "output-format", default_value = "normal")]
     output: String,
+    /// Connection management: rdma (the RDMA CM on QP1, as Linux targets use) or exchange
+    /// (our TCP exchange).
+    #[arg(long, default_value = "rdma")]
+    cm: String,
+    /// How the RDMA CM finds the target's MAC: kernel (`rnic-emu --net eth:`), udp
+    /// (`--net udp:`) or IP=MAC[,IP=MAC...].
+    #[arg(long, default_value = "kernel")]
+    neighbours: String,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -115,18 +124,22 @@ enum Command {
     Write(Io),
 }
 
+/// The NIC and a connector as the flags say.
+fn endpoint(connection: &Connection) -> Result<(Context, Box<dyn Connector>), String> {
+    let context = open_context(&connection.device, connection.ip)?;
+    let cm = CmChoice::parse(&connection.cm, &connection.neighbours)?;
+    let connector = cm.connector(
+        &context,
+        RcPathConfig {
+            ack_timeout: 14,
+            ..RcPathConfig::default()
+        },
+    )?;
+    Ok((context, connector))
+}
+
 fn open(connection: &Connection, nqn: &str, io_queues: u16, queue_size: u16, kato_s: u32) -> Result<Host, String> {
-    let access =
-        rnic_verbs::backend::open_device(&connection.device).map_err(|e| format!("{}: {e}", connection.device))?;
-    let driver = rnic_verbs::driver::DriverConfig {
-        ipv4_address: connection.ip.map(|ip| ip.octets()),
-        ..rnic_verbs::driver::DriverConfig::default()
-    };
-    let context = Context::open_with_config(access, &driver).map_err(|e| e.to_string())?;
-    let cm = ExchangeCm::new(RcPathConfig {
-        ack_timeout: 14,
-        ..RcPathConfig::default()
-    });
+    let (context, connector) = endpoint(connection)?;
     let defaults = HostConfig::default();
     let config = HostConfig {
         host_nqn: connection.hostnqn.clone().unwrap_or(defaults.host_nqn.clone()),
@@ -141,13 +154,7 @@ fn open(connection: &Connection, nqn: &str, io_queues: u16, queue_size: u16, kat
     if nqn == rnic_storage::nvmeof::host::DISCOVERY_NQN {
         return Err("use discover for the discovery subsystem".into());
     }
-    Host::connect(
-        context,
-        Box::new(cm.connector()),
-        Box::new(WallReactor::default()),
-        config,
-    )
-    .map_err(|e| e.to_string())
+    Host::connect(context, connector, Box::new(WallReactor::default()), config).map_err(|e| e.to_string())
 }
 
 fn subsystem_host(s: &Subsystem) -> Result<Host, String> {
@@ -367,30 +374,15 @@ fn run(command: Command) -> Result<(), String> {
 }
 
 fn discover(connection: &Connection) -> Result<(), String> {
-    let access =
-        rnic_verbs::backend::open_device(&connection.device).map_err(|e| format!("{}: {e}", connection.device))?;
-    let driver = rnic_verbs::driver::DriverConfig {
-        ipv4_address: connection.ip.map(|ip| ip.octets()),
-        ..rnic_verbs::driver::DriverConfig::default()
-    };
-    let context = Context::open_with_config(access, &driver).map_err(|e| e.to_string())?;
-    let cm = ExchangeCm::new(RcPathConfig {
-        ack_timeout: 14,
-        ..RcPathConfig::default()
-    });
+    let (context, connector) = endpoint(connection)?;
     let defaults = HostConfig::default();
     let config = HostConfig {
         host_nqn: connection.hostnqn.clone().unwrap_or(defaults.host_nqn.clone()),
         target: ServiceAddress::new(connection.traddr, connection.trsvcid),
         ..defaults
     };
-    let entries = Host::discover(
-        context,
-        Box::new(cm.connector()),
-        Box::new(WallReactor::default()),
-        config,
-    )
-    .map_err(|e| e.to_string())?;
+    let entries =
+        Host::discover(context, connector, Box::new(WallReactor::default()), config).map_err(|e| e.to_string())?;
     if json(&connection.output) {
         let records: Vec<_> = entries
             .iter()

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use rnic_storage::nvmeof::config::{parse_namespace_flag, SubsystemSection, TargetFile};
 use rnic_storage::nvmeof::target::Target;
-use rnic_storage::rdma::{Clock, ExchangeCm, Listener, RcPathConfig};
-use rnic_verbs::{Context, Mtu};
+use rnic_storage::rdma::setup::{open_context, CmChoice};
+use rnic_storage::rdma::{Clock, Listener, RcPathConfig};
+use rnic_verbs::Mtu;
 
 /// NVMe-oF/RDMA target (nvmf_tgt-style).
 #[derive(Debug, Parser)]
@@ -58,9 +59,14 @@ struct Arguments {
     /// Path MTU of the QPs (256..4096).
     #[arg(long, default_value_t = 4096)]
     mtu: u32,
-    /// Connection management: `exchange` (our TCP exchange, for hosts of ours across processes).
-    #[arg(long, default_value = "exchange")]
+    /// Connection management: `rdma` (the RDMA CM on QP1, as Linux hosts use) or
+    /// `exchange` (a TCP exchange between processes of ours).
+    #[arg(long, default_value = "rdma")]
     cm: String,
+    /// How the RDMA CM finds peers' MACs: kernel (`rnic-emu --net eth:`), udp
+    /// (`--net udp:`) or IP=MAC[,IP=MAC...]. A target only answers, so rarely needs it.
+    #[arg(long, default_value = "kernel")]
+    neighbours: String,
     /// Print counters to stderr every this many seconds.
     #[arg(long)]
     stats: Option<f64>,
@@ -166,34 +172,22 @@ fn main() -> ExitCode {
     let Some(mtu) = Mtu::from_bytes(arguments.mtu) else {
         return fail(format!("MTU {}: 256, 512, 1024, 2048 or 4096", arguments.mtu));
     };
-    let listener: Box<dyn Listener> = match arguments.cm.as_str() {
-        "exchange" => match ExchangeCm::new(RcPathConfig {
-            path_mtu: mtu,
-            ack_timeout: 14,
-            ..RcPathConfig::default()
-        })
-        .listen(config.listen)
-        {
-            Ok(listener) => Box::new(listener),
-            Err(e) => return fail(e),
-        },
-        other => {
-            return fail(format!(
-                "--cm {other}: only `exchange` (the RDMA CM is not in the provider yet)"
-            ))
-        }
+    let cm = match CmChoice::parse(&arguments.cm, &arguments.neighbours) {
+        Ok(cm) => cm,
+        Err(e) => return fail(e),
     };
-    let access = match rnic_verbs::backend::open_device(&device) {
-        Ok(access) => access,
-        Err(e) => return fail(format!("{device}: {e}")),
-    };
-    let driver = rnic_verbs::driver::DriverConfig {
-        ipv4_address: file.target.ip.map(|ip| ip.octets()),
-        ..rnic_verbs::driver::DriverConfig::default()
-    };
-    let context = match Context::open_with_config(access, &driver) {
+    let context = match open_context(&device, file.target.ip) {
         Ok(context) => context,
-        Err(e) => return fail(format!("{device}: {e}")),
+        Err(e) => return fail(e),
+    };
+    let path = RcPathConfig {
+        path_mtu: mtu,
+        ack_timeout: 14,
+        ..RcPathConfig::default()
+    };
+    let listener: Box<dyn Listener> = match cm.listen(&context, path, config.listen) {
+        Ok(listener) => listener,
+        Err(e) => return fail(e),
     };
     let address = config.listen;
     let mut target = match Target::new(context, listener, Clock::wall(), config, subsystems) {

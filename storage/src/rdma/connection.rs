@@ -132,6 +132,12 @@ pub trait Connection: Send {
     fn is_disconnected(&mut self) -> bool;
     /// Disconnects: moves `qp` to ERR (flushing its work requests) and tells the peer.
     fn disconnect(&mut self, qp: &QueuePair);
+    /// After [`Connection::disconnect`]: whether the peer acknowledged it (the CM's DREP),
+    /// so the QP number may be reused. Connection managers without an acknowledgement
+    /// say yes at once.
+    fn disconnect_acknowledged(&mut self) -> bool {
+        true
+    }
 }
 
 /// The active side's connection manager.

@@ -186,6 +186,9 @@ impl ExchangeCm {
         listener
             .set_nonblocking(true)
             .map_err(|e| ConnectionError::Invalid(e.to_string()))?;
+        // Port 0 asks the system for one: report the one it gave.
+        let port = listener.local_addr().map_or(address.port, |a| a.port());
+        let address = ServiceAddress::new(address.ip, port);
         Ok(ExchangeListener {
             config: self.config,
             address,

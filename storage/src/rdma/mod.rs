@@ -15,6 +15,7 @@
 //!   the service's address (the way perftest swaps QP numbers without rdma_cm).
 //! * [`rdma_cm`] — over the RDMA connection manager (IB CM on QP1, RDMA-CM addressing):
 //!   what Linux's `rdma_cm` talks to, and what puts REQ/REP/RTU on the wire.
+//! * [`setup`] — opening a NIC and choosing a connection manager from tool flags.
 //! * [`memory`] — registered memory a protocol needs: fixed slots (receive buffers,
 //!   command capsules, responses) and a pool of variable-size data buffers.
 //! * [`reactor`] — who lets time pass: the embedded fabric's virtual clock with every
@@ -26,6 +27,7 @@ pub mod exchange;
 pub mod memory;
 pub mod rdma_cm;
 pub mod reactor;
+pub mod setup;
 
 pub use connection::RcPathConfig;
 pub use connection::{

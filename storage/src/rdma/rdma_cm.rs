@@ -288,6 +288,7 @@ impl IncomingRequest for RdmaCmRequest {
             shared: self.shared.clone(),
             id,
             disconnected: false,
+            acknowledged: false,
         }))
     }
 
@@ -407,6 +408,7 @@ impl PendingConnect for RdmaCmPending {
                             shared: self.shared.clone(),
                             id,
                             disconnected: false,
+                            acknowledged: false,
                         }) as Box<dyn Connection>,
                     )));
                 }
@@ -418,8 +420,15 @@ impl PendingConnect for RdmaCmPending {
                         private_data: event.private_data.clone(),
                     });
                 }
-                (_, CmEventKind::Unreachable | CmEventKind::AddrError | CmEventKind::RouteError) => {
+                (_, CmEventKind::Unreachable) => {
                     return self.fail(ConnectionError::TimedOut(destination));
+                }
+                (_, CmEventKind::AddrError | CmEventKind::RouteError) => {
+                    return self.fail(ConnectionError::Invalid(format!(
+                        "{} for {destination} (status {})",
+                        event.kind.name(),
+                        event.status
+                    )));
                 }
                 (_, kind) => {
                     return self.fail(ConnectionError::Invalid(format!(
@@ -447,6 +456,7 @@ struct RdmaCmConnection {
     shared: Arc<Shared>,
     id: CmId,
     disconnected: bool,
+    acknowledged: bool,
 }
 
 impl Connection for RdmaCmConnection {
@@ -459,7 +469,23 @@ impl Connection for RdmaCmConnection {
         self.disconnected
     }
 
+    fn disconnect_acknowledged(&mut self) -> bool {
+        while let Some(event) = self.shared.next_event(&self.id) {
+            if matches!(
+                event.kind,
+                CmEventKind::Disconnected | CmEventKind::TimewaitExit | CmEventKind::DeviceRemoval
+            ) {
+                self.acknowledged = true;
+            }
+        }
+        self.acknowledged
+    }
+
     fn disconnect(&mut self, qp: &QueuePair) {
+        if self.disconnected {
+            // The peer went first: our DREP is the answer, nothing to wait for.
+            self.acknowledged = true;
+        }
         let _ = self.id.disconnect();
         let _ = qp.modify(
             &QpAttributes {

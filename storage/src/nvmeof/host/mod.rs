@@ -40,6 +40,9 @@ use queue::{HostBuffer, HostQueue, Outstanding, Owner};
 
 pub use crate::nvmeof::target::DISCOVERY_NQN;
 
+/// Longest wait for the target to acknowledge a disconnect, ns.
+const DISCONNECT_WAIT_NS: u64 = 500_000_000;
+
 const DIAG_STRAY_RESPONSE: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "stray response");
 const DIAG_INVALIDATION: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "key not invalidated");
 const DIAG_KEEP_ALIVE: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "keep alive failed");
@@ -1618,6 +1621,19 @@ impl Host {
         }
         for q in self.queues.iter_mut().rev().flatten() {
             q.connection.disconnect(&q.qp);
+        }
+        // Let the disconnects reach the target before the QPs (and perhaps the process)
+        // go: a target that never heard of them would take a new connection from a QP
+        // number reused soon after for a stale one.
+        let deadline = self.now() + DISCONNECT_WAIT_NS;
+        while self.now() < deadline
+            && !self
+                .queues
+                .iter_mut()
+                .flatten()
+                .all(|q| q.connection.disconnect_acknowledged())
+        {
+            self.reactor.idle(false);
         }
         self.queues.clear();
         self.failed = Some("disconnected".into());
