@@ -12,10 +12,12 @@
 
 mod dma_pool;
 pub mod embedded;
+pub mod host;
 pub mod pci;
 pub mod vfio_user;
 
 pub use embedded::{EmbeddedConfig, EmbeddedDevice, EmbeddedFabric, UserMemoryLayout};
+pub use host::{HostNic, HostNicConfig};
 pub use pci::{PciDevice, PciOptions, PciSelector};
 pub use rnic_hw_model::fabric::{CapturedFrame, DeviceId, FabricConfig, FabricStatistics, FaultPlan};
 pub use vfio_user::{VfioUserDevice, VfioUserOptions};
