@@ -162,6 +162,20 @@ pub fn open(spec: &NetSpec, mac: [u8; 6]) -> io::Result<Box<dyn NetBackend>> {
     })
 }
 
+/// The first IPv4 address of network interface `name`, if it has one (for `eth:IFACE`
+/// users that take the interface's address as the NIC's).
+pub fn interface_ipv4(name: &str) -> Option<std::net::Ipv4Addr> {
+    pnet_datalink::interfaces()
+        .into_iter()
+        .find(|i| i.name == name)?
+        .ips
+        .into_iter()
+        .find_map(|network| match network.ip() {
+            IpAddr::V4(v4) => Some(v4),
+            IpAddr::V6(_) => None,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,3 +197,4 @@ mod tests {
         assert!("tap0".parse::<NetSpec>().is_err());
     }
 }
+
