@@ -197,4 +197,3 @@ mod tests {
         assert!("tap0".parse::<NetSpec>().is_err());
     }
 }
-
