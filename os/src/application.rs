@@ -125,7 +125,7 @@ mod tests {
         assert!(range.read_at(29, &mut out));
         assert_eq!(out, [0, 7, 8]);
         assert!(!range.read_at(30, &mut out));
-        drop(range);
+        let _ = range;
         assert_eq!(&buffer[30..33], &[7, 8, 0], "the byte after the range is untouched");
     }
 

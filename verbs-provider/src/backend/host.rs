@@ -159,7 +159,7 @@ impl Engine {
         if target > self.device.now() {
             self.device.advance_to(target);
         }
-        if self.net.wants_local_addresses() && self.passes % 64 == 0 {
+        if self.net.wants_local_addresses() && self.passes & 63 == 0 {
             gid_addresses(&self.device, &mut self.addresses);
             self.net.set_local_addresses(&self.addresses);
         }

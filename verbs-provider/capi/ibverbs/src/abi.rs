@@ -49,7 +49,7 @@ pub struct ibv_context {
 
 /// `struct verbs_context`: the extended ops in front of the context; slot = offset / 8.
 pub mod vops {
-    pub const QUERY_PORT: usize = 0x000 / 8;
+    pub const QUERY_PORT: usize = 0;
     pub const ALLOC_NULL_MR: usize = 0x010 / 8;
     pub const CREATE_COUNTERS: usize = 0x028 / 8;
     pub const REG_DM_MR: usize = 0x038 / 8;
