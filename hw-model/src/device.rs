@@ -290,6 +290,11 @@ impl Device {
         &self.diagnostics
     }
 
+    /// The diagnostic log, to set its policy or pass it the owner's time.
+    pub fn diagnostics_mut(&mut self) -> &mut DiagnosticLog {
+        &mut self.diagnostics
+    }
+
     /// Takes the kept diagnostics out of the log.
     pub fn take_diagnostics(&mut self) -> Vec<Diagnostic> {
         self.diagnostics.drain()

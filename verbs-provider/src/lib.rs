@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod cm;
 pub mod demo;
 pub mod device_access;
 pub mod driver;

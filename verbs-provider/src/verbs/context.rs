@@ -284,6 +284,8 @@ pub(crate) struct ContextState {
     pub(crate) async_events: VecDeque<AsyncEvent>,
     pub(crate) cq_routes: HashMap<u32, CqRoute>,
     pub(crate) address_handles: u32,
+    /// QP1 exists (it is numbered outside the allocator, below the reserved QPNs).
+    pub(crate) gsi_qp_in_use: bool,
 }
 
 impl ContextState {
@@ -448,6 +450,7 @@ impl Context {
                     async_events: VecDeque::new(),
                     cq_routes: HashMap::new(),
                     address_handles: 0,
+                    gsi_qp_in_use: false,
                 }),
                 qps: RwLock::new(HashMap::new()),
                 mrs: RwLock::new(HashMap::new()),
@@ -599,7 +602,7 @@ impl Context {
             protection_domains: a.pds.in_use(),
             memory_regions: a.mrs.in_use(),
             completion_queues: a.cqs.in_use(),
-            queue_pairs: a.qps.in_use(),
+            queue_pairs: a.qps.in_use() + u32::from(state.gsi_qp_in_use),
             shared_receive_queues: a.srqs.in_use(),
             address_handles: state.address_handles,
         }
