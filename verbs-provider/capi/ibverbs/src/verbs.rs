@@ -1536,6 +1536,9 @@ fn qp_type(value: c_int) -> Result<QpType, (i32, String)> {
     }
 }
 
+/// Smallest send and receive queue a QP gets.
+const MIN_QUEUE_DEPTH: u32 = 64;
+
 unsafe fn create_qp_common(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     // SAFETY: the caller's promise.
     let Some(pd_wrapper) = (unsafe { wrapper::<Pd>(pd.cast()) }) else {
@@ -1567,9 +1570,16 @@ unsafe fn create_qp_common(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr) -> *mut
         send_cq: send,
         recv_cq: recv,
         srq: srq_rust,
+        // Queues hold at least MIN_QUEUE_DEPTH work requests, as hns rounds them up (the
+        // actual depths are written back): a latency test with a depth of 1 may post its
+        // next send before the ACK of the previous one is in.
         cap: QpCapabilities {
-            max_send_wr: init.cap.max_send_wr,
-            max_recv_wr: if srq_rust.is_some() { 0 } else { init.cap.max_recv_wr },
+            max_send_wr: init.cap.max_send_wr.max(MIN_QUEUE_DEPTH),
+            max_recv_wr: if srq_rust.is_some() {
+                0
+            } else {
+                init.cap.max_recv_wr.max(MIN_QUEUE_DEPTH)
+            },
             max_send_sge: init.cap.max_send_sge,
             max_recv_sge: if srq_rust.is_some() { 0 } else { init.cap.max_recv_sge },
             max_inline_data: init.cap.max_inline_data,
