@@ -276,6 +276,14 @@ struct Stopper {
 
 impl Drop for Stopper {
     fn drop(&mut self) {
+        {
+            let engine = self.shared.engine();
+            tracing::info!(
+                net = ?engine.net.stats(),
+                transport = ?engine.device.transport_counters(),
+                "host NIC closed"
+            );
+        }
         self.shared.stop.store(true, Ordering::Release);
         self.shared.kick();
         if let Some(thread) = lock(&self.thread).take() {
