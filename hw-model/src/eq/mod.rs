@@ -141,7 +141,7 @@ impl EventQueue {
 }
 
 /// Every EQ of the function, indexed by EQN.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct EventQueues {
     /// Slot per EQN: CEQs first, then the AEQ.
     slots: Vec<EqSlot>,

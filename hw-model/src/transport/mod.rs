@@ -153,7 +153,7 @@ pub(crate) struct QpcProgress {
 }
 
 /// The transport's device-wide state.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Transport {
     /// Per-QP state of every QP in RTR, RTS or ERR, by QPN (ordered: deterministic).
     pub qps: BTreeMap<u32, Box<QpRuntime>>,
