@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use rnic_hw_model::config::DeviceConfig;
 use rnic_hw_model::device::Device;
-use rnic_hw_model::interrupt::RecordingSink;
+use rnic_hw_model::interrupt::{InterruptSink, MsixMessage, RecordingSink};
 use rnic_hw_model::memory::{AccessKind, Backing, HostMemory, MemoryError, PagedMemory, FRAME_SIZE};
 use rnic_hw_model::time::Picoseconds;
 use rnic_net::{NetBackend, NetSpec, NetStats};
@@ -211,6 +211,27 @@ struct AddressSpace {
 
 type InterruptHandler = Arc<dyn Fn() + Send + Sync>;
 
+/// Records MSI-X messages for the driver ([`DeviceAccess::poll_interrupts`]) and, apart
+/// from that queue, tells the progress thread to run the interrupt handler: whoever takes
+/// the messages (a driver waiting for its mailbox takes every vector), the handler still
+/// runs and processes every event queue.
+struct NotifyingSink {
+    messages: RecordingSink,
+    pending: Arc<AtomicBool>,
+    wake: Arc<std::fs::File>,
+}
+
+impl InterruptSink for NotifyingSink {
+    fn deliver(&mut self, message: MsixMessage) {
+        self.messages.deliver(message);
+        if !self.pending.swap(true, Ordering::AcqRel) {
+            use std::io::Write;
+            // A full eventfd counter means a wake-up is pending anyway.
+            let _ = (&*self.wake).write_all(&1u64.to_ne_bytes());
+        }
+    }
+}
+
 struct Shared {
     config: HostNicConfig,
     engine: Mutex<Engine>,
@@ -218,8 +239,10 @@ struct Shared {
     space: Mutex<AddressSpace>,
     interrupts: RecordingSink,
     handler: Mutex<Option<InterruptHandler>>,
-    /// Wakes the progress thread (doorbells, shutdown): an eventfd.
-    wake: std::fs::File,
+    /// Set by the sink when a message arrives; the progress thread runs the handler.
+    interrupted: Arc<AtomicBool>,
+    /// Wakes the progress thread (doorbells, interrupts, shutdown): an eventfd.
+    wake: Arc<std::fs::File>,
     /// Wall time (ns since the epoch) until which the progress thread sleeps;
     /// `u64::MAX` while it runs. A doorbell that makes something due earlier wakes it.
     sleeping_until: AtomicU64,
@@ -254,11 +277,11 @@ impl Shared {
         use std::io::Write;
         // An eventfd write only fails when the counter would overflow, which a pending
         // wake-up makes irrelevant.
-        let _ = (&self.wake).write_all(&1u64.to_ne_bytes());
+        let _ = (&*self.wake).write_all(&1u64.to_ne_bytes());
     }
 
     fn fire_handler_if_interrupted(&self) {
-        if self.interrupts.is_empty() {
+        if !self.interrupted.swap(false, Ordering::AcqRel) {
             return;
         }
         let handler = lock(&self.handler).clone();
@@ -327,14 +350,21 @@ impl HostNic {
             application: RwLock::new(ApplicationMap::default()),
         });
         let interrupts = RecordingSink::new();
+        let wake = Arc::new(std::fs::File::from(rnic_os::eventfd().map_err(|e| {
+            AccessError::InvalidRequest {
+                reason: format!("eventfd: {e}"),
+            }
+        })?));
+        let interrupted = Arc::new(AtomicBool::new(false));
         let device = Device::new(
             config.device.clone(),
             memory.clone() as Arc<dyn HostMemory>,
-            Box::new(interrupts.clone()),
+            Box::new(NotifyingSink {
+                messages: interrupts.clone(),
+                pending: interrupted.clone(),
+                wake: wake.clone(),
+            }),
         );
-        let wake = std::fs::File::from(rnic_os::eventfd().map_err(|e| AccessError::InvalidRequest {
-            reason: format!("eventfd: {e}"),
-        })?);
         let shared = Arc::new(Shared {
             config,
             engine: Mutex::new(Engine {
@@ -353,6 +383,7 @@ impl HostNic {
             }),
             interrupts,
             handler: Mutex::new(None),
+            interrupted,
             wake,
             sleeping_until: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
@@ -413,7 +444,7 @@ impl HostNic {
 /// The progress thread: pumps the model and the network, sleeps until something is due.
 fn progress(shared: &Shared) {
     rnic_os::set_thread_timer_slack(Duration::from_micros(1));
-    let wake = &shared.wake;
+    let wake = &*shared.wake;
     // A duplicate of the backend's descriptor (same socket, same readiness), so the wait
     // holds no lock.
     let net_fd: Option<OwnedFd> = shared

@@ -22,6 +22,7 @@ pub mod abi;
 pub mod datapath;
 pub mod device;
 pub mod misc;
+pub mod rdmacm;
 pub mod unsupported;
 pub mod verbs;
 

@@ -176,10 +176,3 @@ pub extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
 pub extern "C" fn ibv_query_qp_data_in_order(_qp: *mut c_void, _op: c_int, _flags: u32) -> c_int {
     0
 }
-
-/// `rnic_private_rdmacm_table`: what our `librdmacm.so.1` reaches this library through
-/// (null until the connection manager is built on it).
-#[no_mangle]
-pub extern "C" fn rnic_private_rdmacm_table(_version: u32) -> *const c_void {
-    std::ptr::null()
-}

@@ -77,11 +77,14 @@ pub struct Srq {
 #[repr(C)]
 pub struct Qp {
     pub base: ibv_qp,
-    pub qp: Option<QueuePair>,
+    /// Shared with the connection manager for QPs `rdma_create_qp` made.
+    pub qp: Option<Arc<QueuePair>>,
     /// Where inline payloads are staged for the driver's CPU copy (an application's
     /// inline buffer needs no registration).
     pub bounce: Option<Mutex<MemoryRegion>>,
     pub max_inline: u32,
+    /// The rdma_cm id whose QP this is (`rdma_create_qp`), as an address.
+    pub cm_owner: usize,
 }
 
 #[repr(C)]
@@ -1626,9 +1629,10 @@ unsafe fn create_qp_common(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr) -> *mut
                     cond: [0; 6],
                     events_completed: 0,
                 },
-                qp: Some(qp),
+                qp: Some(Arc::new(qp)),
                 bounce,
                 max_inline: cap.max_inline_data,
+                cm_owner: 0,
             }));
             // SAFETY: the PD's context is live.
             if let Some(ctx) = unsafe { ctx_of(context) } {
@@ -1742,8 +1746,34 @@ pub fn resolve_mac(open: &OpenDevice, gid: &Gid) -> [u8; 6] {
             return mac;
         }
     }
-    let o = ip.octets();
-    [0x02, 0x52, 0x4e, o[1], o[2], o[3]]
+    resolve_mac_for_udp(gid)
+}
+
+/// On `udp:`, the MAC a peer at an IPv4-mapped GID has by default (the backend carries
+/// frames by IP, so this only labels them).
+pub fn resolve_mac_for_udp(gid: &Gid) -> [u8; 6] {
+    [0x02, 0x52, 0x4e, gid.0[13], gid.0[14], gid.0[15]]
+}
+
+/// Fills a C `ibv_qp_attr` from ours.
+pub fn write_qp_attr(attr: &mut ibv_qp_attr, a: &QpAttributes) {
+    attr.qp_state = a.qp_state as c_int;
+    attr.cur_qp_state = a.cur_qp_state as c_int;
+    attr.path_mtu = a.path_mtu as c_int;
+    attr.qkey = a.qkey;
+    attr.rq_psn = a.rq_psn;
+    attr.sq_psn = a.sq_psn;
+    attr.dest_qp_num = a.dest_qp_num;
+    attr.qp_access_flags = a.qp_access_flags.bits();
+    attr.ah_attr = ah_attributes_c(&a.ah_attr);
+    attr.pkey_index = a.pkey_index;
+    attr.max_rd_atomic = a.max_rd_atomic;
+    attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    attr.min_rnr_timer = a.min_rnr_timer;
+    attr.port_num = a.port_num;
+    attr.timeout = a.timeout;
+    attr.retry_cnt = a.retry_cnt;
+    attr.rnr_retry = a.rnr_retry;
 }
 
 fn arp_lookup(ip: std::net::Ipv4Addr) -> Option<[u8; 6]> {
@@ -1863,7 +1893,8 @@ pub fn ah_attributes(open: &OpenDevice, ah: &ibv_ah_attr) -> AhAttributes {
     }
 }
 
-fn c_ah_attr(a: &AhAttributes) -> ibv_ah_attr {
+/// The C address vector of ours.
+pub fn ah_attributes_c(a: &AhAttributes) -> ibv_ah_attr {
     ibv_ah_attr {
         grh: ibv_global_route {
             dgid: a.dgid.raw(),
@@ -1921,7 +1952,7 @@ pub unsafe extern "C" fn ibv_query_qp(
             dest_qp_num: a.dest_qp_num,
             qp_access_flags: a.qp_access_flags.bits(),
             cap,
-            ah_attr: c_ah_attr(&a.ah_attr),
+            ah_attr: ah_attributes_c(&a.ah_attr),
             alt_ah_attr: ibv_ah_attr::default(),
             pkey_index: a.pkey_index,
             alt_pkey_index: 0,
@@ -1964,8 +1995,23 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         let Some(wrapper) = (unsafe { wrapper::<Qp>(qp.cast()) }) else {
             return libc::EINVAL;
         };
-        let Some(rust) = wrapper.qp.take() else {
+        if wrapper.cm_owner != 0 {
+            // SAFETY: the owner id outlives its QP; the wrapper is ours.
+            return unsafe { crate::rdmacm::destroy_cm_qp(wrapper.cm_owner) };
+        }
+        let Some(shared) = wrapper.qp.take() else {
             return libc::EINVAL;
+        };
+        let rust = match Arc::try_unwrap(shared) {
+            Ok(rust) => rust,
+            Err(shared) => {
+                wrapper.qp = Some(shared);
+                return fail_value(
+                    "ibv_destroy_qp",
+                    libc::EBUSY,
+                    "the QP belongs to an rdma_cm id: destroy it with rdma_destroy_qp",
+                );
+            }
         };
         let number = rust.qp_num();
         match rust.destroy() {
@@ -1988,7 +2034,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             }
             Err(e) => {
                 let errno = e.errno();
-                wrapper.qp = e.object;
+                wrapper.qp = e.object.map(Arc::new);
                 fail_value("ibv_destroy_qp", errno, e.error)
             }
         }
