@@ -597,7 +597,9 @@ unsafe fn release_qp_resources(id: &mut Id) {
         drop(wrapper);
         id.base.qp = null_mut();
     }
-    let _ = id.id.destroy_qp();
+    if let Err(e) = id.id.destroy_qp() {
+        diag!("rdma_destroy_qp: {e}");
+    }
     if id.own_cqs {
         // SAFETY: the CQs and channels rdma_create_qp made.
         unsafe {
