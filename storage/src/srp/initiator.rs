@@ -1,0 +1,1 @@
+//! The SRP initiator.
