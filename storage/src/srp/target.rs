@@ -574,17 +574,6 @@ impl Target {
             peer: format!("{peer} ({})", login.initiator_port_id),
             completions: vec![WorkCompletion::default(); POLL_BATCH],
         };
-        // Receives go up before the reply: the initiator may send at once.
-        for slot in 0..slot_count {
-            if let Err(e) = channel.post_receive(slot) {
-                return self.reject(
-                    request,
-                    tag,
-                    LoginRejReason::InsufficientResources,
-                    format!("posting receives: {e}"),
-                );
-            }
-        }
         let accept = AcceptParams {
             private_data: reply.to_bytes().to_vec(),
             // ib_srpt answers with 4 and 4.
@@ -600,6 +589,17 @@ impl Target {
                 return;
             }
         };
+        // Receives go up as soon as the QP left RESET (the accept moved it to RTS),
+        // before this poll returns and before the initiator can have sent anything.
+        for slot in 0..slot_count {
+            if let Err(e) = channel.post_receive(slot) {
+                self.counters.logins_rejected += 1;
+                let peer = channel.peer.clone();
+                self.diag("accept", || format!("posting receives for {peer}: {e}"));
+                channel.connection.disconnect(&channel.qp);
+                return;
+            }
+        }
         self.counters.logins_accepted += 1;
         tracing::info!(peer = %channel.peer, credits = self.config.credits, immediate = ?immediate_offset,
             "srp target: login accepted");
