@@ -642,6 +642,23 @@ impl Initiator {
         Ok(n + count.min(1))
     }
 
+    /// Takes work completions off the CQ without handing out command completions (they
+    /// wait for the next [`Self::poll`]); frees send buffers and takes credits.
+    ///
+    /// # Errors
+    /// CQ failures.
+    pub fn progress(&mut self) -> Result<usize> {
+        let mut completions = std::mem::take(&mut self.completions);
+        let count = self.cq.poll(&mut completions);
+        if let Ok(n) = count {
+            for wc in &completions[..n] {
+                self.handle_completion(wc);
+            }
+        }
+        self.completions = completions;
+        Ok(count?)
+    }
+
     fn handle_completion(&mut self, wc: &WorkCompletion) {
         let Some((kind, index)) = decode_wr_id(wc.wr_id) else {
             return;
