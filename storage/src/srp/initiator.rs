@@ -312,7 +312,8 @@ impl Initiator {
         let it_iu_len = response.max_it_iu_len.min(config.max_it_iu_len) as usize;
         let ti_iu_len = (response.max_ti_iu_len as usize).min(64 * 1024);
         let receive_count = (credits + RECEIVE_SLACK) as usize;
-        let send_count = credits as usize + 2;
+        // Room for task management and unsolicited answers beyond the credits.
+        let send_count = (credits as usize + 2).max(16);
         let receives = SlotRegion::new(&pd, receive_count, ti_iu_len, AccessFlags::LOCAL_WRITE)?;
         // The IUs carry indirect tables the target may read.
         let sends = SlotRegion::new(
@@ -433,6 +434,30 @@ impl Initiator {
     /// Outside the buffer.
     pub fn read_buffer(&self, buffer: &DataBuffer, offset: usize, out: &mut [u8]) -> Result<()> {
         Ok(self.pool.read(buffer, offset, out)?)
+    }
+
+    /// A direct descriptor of the first `length` bytes of `buffer` (for IUs built by
+    /// hand).
+    pub fn buffer_descriptor(&self, buffer: &DataBuffer, length: u32) -> DirectDescriptor {
+        DirectDescriptor {
+            va: self.pool.address(buffer),
+            key: self.pool.rkey(),
+            len: length,
+        }
+    }
+
+    /// Waits for completions until `count` arrived or the command timeout passed.
+    ///
+    /// # Errors
+    /// Transport failures.
+    pub fn wait_completions(&mut self, count: usize) -> Result<Vec<ScsiCompletion>> {
+        let deadline = self.now() + self.config.command_timeout_ns;
+        let mut done = Vec::new();
+        while done.len() < count && self.now() <= deadline {
+            let n = self.poll(&mut done)?;
+            self.reactor.idle(n > 0);
+        }
+        Ok(done)
     }
 
     /// The descriptor of the first `length` bytes of `buffer`.
@@ -589,11 +614,15 @@ impl Initiator {
         Ok(tag)
     }
 
-    /// Sends raw bytes as an IU, outside the protocol's rules (for robustness tests).
+    /// Sends raw bytes as an IU, outside the protocol's rules (for robustness tests);
+    /// `takes_credit`: count it against the credits as a command.
     ///
     /// # Errors
     /// No send buffer; bytes longer than the IU; post failures.
-    pub fn send_raw_iu(&mut self, bytes: &[u8]) -> Result<()> {
+    pub fn send_raw_iu(&mut self, bytes: &[u8], takes_credit: bool) -> Result<()> {
+        if takes_credit {
+            self.credits = self.credits.saturating_sub(1);
+        }
         let Some(slot) = self.free_sends.pop() else {
             return Err(InitiatorError::Busy);
         };
@@ -698,12 +727,12 @@ impl Initiator {
             Ok(IuRepr::CredReq(req)) => {
                 self.counters.credit_requests += 1;
                 self.grant(req.req_lim_delta);
-                let _ = self.send_raw_iu(&IuRepr::CredRsp { tag: req.tag }.to_bytes());
+                let _ = self.send_raw_iu(&IuRepr::CredRsp { tag: req.tag }.to_bytes(), false);
             }
             Ok(IuRepr::AerReq(req)) => {
                 self.counters.async_events += 1;
                 self.grant(req.req_lim_delta);
-                let _ = self.send_raw_iu(&IuRepr::AerRsp { tag: req.tag }.to_bytes());
+                let _ = self.send_raw_iu(&IuRepr::AerRsp { tag: req.tag }.to_bytes(), false);
             }
             Ok(other) => {
                 self.counters.bad_ius += 1;
@@ -1015,7 +1044,7 @@ impl Initiator {
     /// Post failures.
     pub fn logout_with_iu(mut self) -> Result<()> {
         let tag = self.next_tag;
-        self.send_raw_iu(&IuRepr::ILogout { tag }.to_bytes())?;
+        self.send_raw_iu(&IuRepr::ILogout { tag }.to_bytes(), false)?;
         // Let the SEND go before the disconnect flushes it.
         let deadline = self.now() + 1_000_000_000;
         let sends = self.free_sends.len();
