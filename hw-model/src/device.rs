@@ -10,11 +10,11 @@ use std::sync::Arc;
 use rnic_firmware_if::doorbell::{DB_OFFSET, EQ_DB_OFFSET};
 use rnic_firmware_if::regs;
 
+use crate::command::Rejection;
 use crate::config::DeviceConfig;
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
 use crate::eq::EventQueues;
 use crate::fast_hash::FastHashMap;
-use crate::firmware::Rejection;
 use crate::firmware::{CommandQueue, Firmware};
 use crate::hem::{ContextCache, ContextTable};
 use crate::interrupt::InterruptSink;

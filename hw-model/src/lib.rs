@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod command;
 pub mod config;
 pub mod cq;
 pub mod device;

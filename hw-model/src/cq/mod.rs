@@ -27,10 +27,10 @@ use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::mtr::{page_shift_from_field, MAX_HOP};
 
+use crate::command::Rejection;
 use crate::device::Device;
 use crate::diagnostics::Source;
 use crate::eq::{buffer_mtr, EqKind, INDEX_MASK};
-use crate::firmware::Rejection;
 use crate::memory::MemoryError;
 use crate::mtt::{Mtr, MttError, MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
 
@@ -277,7 +277,7 @@ impl Device {
             ));
         }
         let merged =
-            crate::firmware::merge_modifiable(&current, &cqc, &mask, &[Cqc::CQ_MAX_CNT, Cqc::CQ_PERIOD], "MODIFY_CQC")?;
+            crate::command::merge_modifiable(&current, &cqc, &mask, &[Cqc::CQ_MAX_CNT, Cqc::CQ_PERIOD], "MODIFY_CQC")?;
         let mut context = current;
         context.set_moderation_count(merged.moderation_count());
         context.set_moderation_period(merged.moderation_period());

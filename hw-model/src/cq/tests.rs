@@ -10,9 +10,9 @@ use rnic_firmware_if::pci::COMMAND_MEMORY_SPACE;
 use rnic_firmware_if::regs;
 
 use super::CqError;
+use crate::command::Rejection;
 use crate::diagnostics::Source;
 use crate::eq::harness::{cqc, cqe_buffer, Bench, CQC_TABLE, RECORDS};
-use crate::firmware::Rejection;
 
 /// A bench with CEQ 0 (16 entries) and the AEQ (16 entries) created.
 fn bench() -> Bench {

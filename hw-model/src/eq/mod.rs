@@ -32,9 +32,9 @@ use rnic_firmware_if::mailbox::MailboxCompletion;
 use rnic_firmware_if::mtr::{page_shift_from_field, MAX_HOP};
 use rnic_firmware_if::regs;
 
+use crate::command::Rejection;
 use crate::device::{Device, Event};
 use crate::diagnostics::Source;
-use crate::firmware::Rejection;
 use crate::mtt::{Mtr, MttError, MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
 use crate::time::Picoseconds;
 
@@ -486,7 +486,7 @@ impl Device {
         let current = self.query_eq(eqn, kind)?;
         let command = format!("MODIFY_{}C", kind.name());
         let modifiable = [Eqc::EQ_MAX_CNT, Eqc::EQ_PERIOD, Eqc::ARM_ST];
-        let merged = crate::firmware::merge_modifiable(&current, &eqc, &mask, &modifiable, &command)?;
+        let merged = crate::command::merge_modifiable(&current, &eqc, &mask, &modifiable, &command)?;
         let arm = merged.arm_state().map_err(|_| {
             Rejection::parameter(
                 Eqc::ARM_ST.name,

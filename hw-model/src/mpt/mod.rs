@@ -9,8 +9,8 @@ use rnic_firmware_if::context::{Mpt, MptState};
 use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::mtr::page_shift_from_field;
 
+use crate::command::Rejection;
 use crate::device::Device;
-use crate::firmware::Rejection;
 use crate::mtt::Mtr;
 
 bitflags::bitflags! {
