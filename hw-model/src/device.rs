@@ -10,17 +10,19 @@ use std::sync::Arc;
 use rnic_firmware_if::doorbell::{DB_OFFSET, EQ_DB_OFFSET};
 use rnic_firmware_if::regs;
 
+use crate::bus::Bus;
 use crate::command::Rejection;
 use crate::config::DeviceConfig;
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
 use crate::eq::EventQueues;
 use crate::fast_hash::FastHashMap;
 use crate::firmware::{CommandQueue, Firmware};
-use crate::hem::{ContextCache, ContextTable};
+use crate::hem::Contexts;
 use crate::interrupt::InterruptSink;
-use crate::memory::{AccessKind, HostMemory, MemoryError};
+use crate::memory::{HostMemory, MemoryError};
 use crate::mtt::{Mtr, MttError, TranslationCache};
 use crate::pci::{BarDescriptor, ConfigSpace, MsixTable};
+use crate::probe::{Observer, Port};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
 use crate::transport::Transport;
@@ -96,27 +98,20 @@ pub(crate) struct ControlRegisters {
     pub fatal: bool,
 }
 
-/// The context tables kept in host memory (HEM).
-#[derive(Debug)]
-pub(crate) struct ContextTables {
-    pub qpc: ContextTable,
-    pub mpt: ContextTable,
-    pub cqc: ContextTable,
-    pub srqc: ContextTable,
-}
-
 /// One rnic device (one PCI function).
 pub struct Device {
     pub(crate) config: DeviceConfig,
     pub(crate) scheduler: Scheduler<Event>,
-    pub(crate) memory: Arc<dyn HostMemory>,
+    /// Host memory behind the bus-master gate: every DMA access.
+    pub(crate) bus: Bus,
     pub(crate) interrupts: Box<dyn InterruptSink>,
     pub(crate) config_space: ConfigSpace,
     pub(crate) msix: MsixTable,
     pub(crate) registers: ControlRegisters,
     pub(crate) cmdq: CommandQueue,
     pub(crate) firmware: Firmware,
-    pub(crate) tables: ContextTables,
+    /// The context tables, their write-back QPC/CQC cache and the recorded QP progress.
+    pub(crate) contexts: Contexts,
     pub(crate) eqs: EventQueues,
     /// The RoCEv2 transport engines and the port.
     pub(crate) transport: Transport,
@@ -132,10 +127,6 @@ pub struct Device {
     pub(crate) mpt_cache: FastHashMap<u32, crate::mpt::CheckedMpt>,
     /// The MTT cache: page translations, forgotten with the MPT cache.
     pub(crate) translations: TranslationCache,
-    /// The QPC and CQC cache (hns keeps both on chip): contexts the device read, written
-    /// back to host memory lazily, before anything can look at host memory's copy (see
-    /// [`Device::write_back_contexts`]).
-    pub(crate) context_cache: ContextCache,
     /// CQN → the CQ's context address and CQE buffer translation, forgotten with the
     /// context cache and at CREATE/DESTROY_CQC (see `cq`).
     pub(crate) cq_buffers: FastHashMap<u32, crate::cq::CqBuffer>,
@@ -145,7 +136,7 @@ impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
             .field("now", &self.scheduler.now())
-            .field("counters", &self.counters)
+            .field("counters", &self.counters())
             .finish_non_exhaustive()
     }
 }
@@ -169,12 +160,13 @@ impl Device {
             },
         ];
         let config_space = ConfigSpace::new(config.identity, &bars, vectors);
-        let tables = Self::context_tables_for(&config);
+        let mut bus = Bus::new(memory);
+        bus.set_master(config_space.bus_master_enabled());
         let eqs = EventQueues::new(&config.caps);
         let pages = config.doorbell_pages.max(1) as usize;
         Self {
             scheduler: Scheduler::new(),
-            memory,
+            bus,
             interrupts,
             config_space,
             msix: MsixTable::new(vectors),
@@ -184,7 +176,7 @@ impl Device {
             },
             cmdq: CommandQueue::default(),
             firmware: Firmware::new(&config),
-            tables,
+            contexts: Contexts::new(&config),
             eqs,
             transport: Transport::new(),
             timing: TimingModel::new(config.timing),
@@ -193,21 +185,8 @@ impl Device {
             counters: Counters::default(),
             mpt_cache: FastHashMap::default(),
             translations: TranslationCache::default(),
-            context_cache: ContextCache::default(),
             cq_buffers: FastHashMap::default(),
             config,
-        }
-    }
-
-    pub(crate) fn context_tables_for(config: &DeviceConfig) -> ContextTables {
-        use rnic_firmware_if::context::{CQC_SIZE, MPT_SIZE, QPC_SIZE, SRQC_SIZE};
-        let caps = &config.caps;
-        let slots = &config.bt_slots;
-        ContextTables {
-            qpc: ContextTable::new("QPC", QPC_SIZE as u64, caps.num_qps, slots.qpc as usize),
-            mpt: ContextTable::new("MPT", MPT_SIZE as u64, caps.num_mtpts, slots.mpt as usize),
-            cqc: ContextTable::new("CQC", CQC_SIZE as u64, caps.num_cqs, slots.cqc as usize),
-            srqc: ContextTable::new("SRQC", SRQC_SIZE as u64, caps.num_srqs, slots.srqc as usize),
         }
     }
 
@@ -235,10 +214,12 @@ impl Device {
             self.run_due_events(t);
         }
         self.scheduler.advance_to(t);
+        self.bus.set_now(self.scheduler.now());
     }
 
     fn run_due_events(&mut self, t: Picoseconds) {
         while let Some(event) = self.scheduler.pop_due(t) {
+            self.bus.set_now(self.scheduler.now());
             self.run_event(event);
         }
     }
@@ -282,7 +263,18 @@ impl Device {
 
     /// Counters since power-on.
     pub fn counters(&self) -> Counters {
-        self.counters
+        Counters {
+            dma_errors: self.bus.errors(),
+            ..self.counters
+        }
+    }
+
+    /// Puts `observer` on `port` (None takes it off) and returns the observer it replaces:
+    /// from then on it sees every transaction crossing that port (see [`crate::probe`]).
+    pub fn attach_observer(&mut self, port: Port, observer: Option<Box<dyn Observer>>) -> Option<Box<dyn Observer>> {
+        match port {
+            Port::Bus => self.bus.probe_mut().attach(observer),
+        }
     }
 
     /// The diagnostic log.
@@ -303,12 +295,7 @@ impl Device {
     /// Number of valid objects per context table (QP, MPT, CQ, SRQ), read from host
     /// memory; used by leak tests and `query` tools.
     pub fn context_table_slots_in_use(&self) -> [usize; 4] {
-        [
-            self.tables.qpc.valid_l0_slots(),
-            self.tables.mpt.valid_l0_slots(),
-            self.tables.cqc.valid_l0_slots(),
-            self.tables.srqc.valid_l0_slots(),
-        ]
+        self.contexts.slots_in_use()
     }
 
     pub(crate) fn diagnose(
@@ -332,42 +319,15 @@ impl Device {
     // ---- DMA gate -------------------------------------------------------------------
 
     /// DMA read, refused unless bus mastering is enabled.
+    #[inline]
     pub(crate) fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
-        let result = if self.config_space.bus_master_enabled() {
-            self.memory.read(address, buffer)
-        } else {
-            Err(MemoryError::Permission {
-                kind: AccessKind::Read,
-                address,
-            })
-        };
-        if result.is_err() {
-            self.counters.dma_errors += 1;
-        }
-        result
+        self.bus.read(address, buffer)
     }
 
     /// DMA write, refused unless bus mastering is enabled.
+    #[inline]
     pub(crate) fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
-        let result = if self.config_space.bus_master_enabled() {
-            self.memory.write(address, data)
-        } else {
-            Err(MemoryError::Permission {
-                kind: AccessKind::Write,
-                address,
-            })
-        };
-        if result.is_err() {
-            self.counters.dma_errors += 1;
-        }
-        result
-    }
-
-    /// Host memory as seen by DMA, when bus mastering is on.
-    pub(crate) fn dma_memory(&self) -> Option<&dyn HostMemory> {
-        self.config_space
-            .bus_master_enabled()
-            .then_some(&*self.memory as &dyn HostMemory)
+        self.bus.write(address, data)
     }
 
     // ---- interrupts -----------------------------------------------------------------
@@ -401,6 +361,7 @@ impl Device {
         self.drop_context_cache();
         let was_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
         self.config_space.write(offset, data);
+        self.bus.set_master(self.config_space.bus_master_enabled());
         let now_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
         if was_masked && !now_masked {
             self.msix.function_unmasked(&mut *self.interrupts);
@@ -596,7 +557,7 @@ impl Device {
         self.scheduler.clear();
         self.cmdq = CommandQueue::default();
         self.firmware = Firmware::new(&self.config);
-        self.tables = Self::context_tables_for(&self.config);
+        self.contexts.clear_tables(&self.config);
         self.mpt_cache.clear();
         self.translations.clear();
         self.eqs = EventQueues::new(&self.config.caps);
@@ -705,61 +666,27 @@ impl Device {
 // ---- context access (host memory is the truth) ---------------------------------------
 
 impl Device {
-    fn table(&self, table: ContextTableId) -> &ContextTable {
-        match table {
-            ContextTableId::Qpc => &self.tables.qpc,
-            ContextTableId::Mpt => &self.tables.mpt,
-            ContextTableId::Cqc => &self.tables.cqc,
-            ContextTableId::Srqc => &self.tables.srqc,
-        }
-    }
-
-    /// Bus address of object `index` in `table`.
-    pub(crate) fn context_address(&mut self, table: ContextTableId, index: u32) -> Result<u64, Rejection> {
-        let context_table = self.table(table);
-        if index >= context_table.object_count() {
-            return Err(Rejection::index(index as u64, context_table.object_count() as u64));
-        }
-        if !self.config_space.bus_master_enabled() {
-            return Err(Rejection::dma("context", 0, "bus mastering is disabled"));
-        }
-        let memory = &*self.memory;
-        let context_table = match table {
-            ContextTableId::Qpc => &mut self.tables.qpc,
-            ContextTableId::Mpt => &mut self.tables.mpt,
-            ContextTableId::Cqc => &mut self.tables.cqc,
-            ContextTableId::Srqc => &mut self.tables.srqc,
-        };
-        let result = context_table.locate_cached(memory, index);
-        result.map_err(|e| Rejection::no_table("context table", index as u64, e))
-    }
-
     /// Forgets the object addresses the context tables remember, the cached MPTs and the
     /// cached page translations: the driver may have changed host BT pages or contexts
     /// before any command or mailbox (see `hem`).
     pub(crate) fn forget_context_caches(&mut self) {
-        self.drop_context_cache();
-        self.tables.qpc.forget_locations();
-        self.tables.mpt.forget_locations();
-        self.tables.cqc.forget_locations();
-        self.tables.srqc.forget_locations();
+        self.contexts.forget(&mut self.bus);
+        self.cq_buffers.clear();
         self.mpt_cache.clear();
         self.translations.clear();
     }
 
     /// Translates byte `offset` of the buffer `mtr` describes through the MTT cache;
     /// None when bus mastering is off.
+    #[inline]
     pub(crate) fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
-        if !self.config_space.bus_master_enabled() {
-            return None;
-        }
-        Some(self.translations.translate(&*self.memory, mtr, offset))
+        self.translations.translate_on(&self.bus, mtr, offset)
     }
 
     /// MPT `index`, from the MPT cache or else read from host memory (and then cached).
     /// With bus mastering off it fails as the read would, cached or not.
     pub(crate) fn cached_mpt(&mut self, index: u32) -> Result<crate::mpt::CheckedMpt, Rejection> {
-        if self.config_space.bus_master_enabled() {
+        if self.bus.master() {
             if let Some(mpt) = self.mpt_cache.get(&index) {
                 return Ok(*mpt);
             }
@@ -774,71 +701,28 @@ impl Device {
 
     /// Reads object `index`'s context (a QPC or CQC from the context cache, else from
     /// host memory); returns it and its bus address.
+    #[inline]
     pub(crate) fn read_context<L: Layout>(&mut self, table: ContextTableId, index: u32) -> Result<(L, u64), Rejection> {
-        if table == ContextTableId::Qpc && !self.transport.qpc_progress.is_empty() {
-            // Whoever reads a QPC sees the engines' recorded progress in it.
-            self.apply_qpc_progress(index);
-        }
-        let address = self.context_address(table, index)?;
-        let mut context = L::zeroed();
-        let cached = matches!(table, ContextTableId::Qpc | ContextTableId::Cqc);
-        if cached {
-            if let Some(bytes) = self.context_cache.lookup(address, L::SIZE) {
-                context.bytes_mut().copy_from_slice(bytes);
-                return Ok((context, address));
-            }
-        }
-        self.dma_read(address, context.bytes_mut())
-            .map_err(|e| Rejection::dma("context", address, e))?;
-        if cached {
-            if self.context_cache.is_full() {
-                // Recorded QP progress stays recorded: it is applied through this cache.
-                self.write_back_dirty_contexts();
-                self.context_cache.clear();
-            }
-            self.context_cache.fill(address, context.bytes());
-        }
-        Ok((context, address))
+        self.contexts.read(&mut self.bus, table, index)
     }
 
     /// Writes a context: into the context cache when it holds the context and host
     /// memory has taken a write there before, else to host memory.
+    #[inline]
     pub(crate) fn write_context<L: Layout>(&mut self, address: u64, context: &L) -> Result<(), Rejection> {
-        // The cache is empty while bus mastering is off (see `config_write`).
-        if self.context_cache.absorb(address, context.bytes()) {
-            return Ok(());
-        }
-        self.dma_write(address, context.bytes())
-            .map_err(|e| Rejection::dma("context", address, e))?;
-        self.context_cache.written_through(address, context.bytes());
-        Ok(())
+        self.contexts.write(&mut self.bus, address, context)
     }
 
-    /// Applies the QPs' recorded progress to their QPCs, then writes the cached contexts
-    /// that are newer than host memory back to it: before a
-    /// firmware command or mailbox runs and before it completes, before a configuration
-    /// write (which may end bus mastering), before a function reset, and when the cache
-    /// is full. A write-back that fails is counted as a DMA error.
+    /// Applies the QPs' recorded progress to their QPCs and writes the cached contexts
+    /// that are newer than host memory back to it (see [`Contexts::write_back`]).
     pub(crate) fn write_back_contexts(&mut self) {
-        self.apply_all_qpc_progress();
-        self.write_back_dirty_contexts();
+        self.contexts.write_back(&mut self.bus);
     }
 
-    /// Writes the cached contexts back ([`Self::write_back_contexts`]) and forgets them
-    /// with the CQ buffer records that lean on them.
+    /// Writes the cached contexts back and forgets them with the CQ buffer records that
+    /// lean on them.
     fn drop_context_cache(&mut self) {
-        self.write_back_contexts();
-        self.context_cache.clear();
+        self.contexts.drop_cache(&mut self.bus);
         self.cq_buffers.clear();
-    }
-
-    /// Writes the dirty cached contexts back to host memory.
-    fn write_back_dirty_contexts(&mut self) {
-        if !self.context_cache.has_dirty() {
-            return;
-        }
-        for (address, bytes) in self.context_cache.take_dirty() {
-            let _ = self.dma_write(address, &bytes);
-        }
     }
 }

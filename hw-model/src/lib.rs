@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bus;
 pub mod command;
 pub mod config;
 pub mod cq;
@@ -30,6 +31,7 @@ pub mod memory;
 pub mod mpt;
 pub mod mtt;
 pub mod pci;
+pub mod probe;
 pub mod qp;
 pub mod srq;
 pub mod time;

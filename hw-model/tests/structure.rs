@@ -255,7 +255,7 @@ fn test_only_files(texts: &BTreeMap<String, String>) -> BTreeSet<String> {
     let mut test_modules = BTreeSet::new();
     for (path, text) in texts {
         let directory = match path.rsplit_once('/') {
-            Some((dir, file)) if file == "mod.rs" => format!("{dir}/"),
+            Some((dir, "mod.rs")) => format!("{dir}/"),
             Some((dir, file)) => format!("{dir}/{}/", file.trim_end_matches(".rs")),
             None if path == "lib.rs" => String::new(),
             None => format!("{}/", path.trim_end_matches(".rs")),

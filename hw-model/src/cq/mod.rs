@@ -138,7 +138,7 @@ impl Device {
     fn completion_cq_context(&mut self, cqn: u32) -> Result<(Cqc, u64, Option<Mtr>), Rejection> {
         if let Some(buffer) = self.cq_buffers.get(&cqn) {
             // The buffers are forgotten whenever bus mastering may have gone off.
-            if let Some(bytes) = self.context_cache.lookup(buffer.context_address, Cqc::SIZE) {
+            if let Some(bytes) = self.contexts.cached(buffer.context_address, Cqc::SIZE) {
                 let mut cqc = Cqc::zeroed();
                 cqc.bytes_mut().copy_from_slice(bytes);
                 return Ok((cqc, buffer.context_address, Some(buffer.mtr)));
@@ -530,7 +530,7 @@ impl Device {
             Some(Ok(address)) => address,
             Some(Err(error)) => {
                 if matches!(error, MttError::BtUnreachable { .. }) {
-                    self.counters.dma_errors += 1;
+                    self.bus.count_error();
                 }
                 return Err(self.cq_access_error(
                     cqn,

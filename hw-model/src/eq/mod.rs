@@ -612,7 +612,7 @@ impl Device {
             Some(Ok(address)) => address,
             Some(Err(error)) => {
                 if matches!(error, MttError::BtUnreachable { .. }) {
-                    self.counters.dma_errors += 1;
+                    self.bus.count_error();
                 }
                 self.eq_failed(
                     eqn,
