@@ -20,6 +20,7 @@ use crate::firmware::{CommandQueue, Firmware};
 use crate::hem::Contexts;
 use crate::interrupt::InterruptSink;
 use crate::memory::{HostMemory, MemoryError};
+use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
 use crate::mtt::{Mtr, MttError, TranslationCache};
 use crate::pci::{BarDescriptor, ConfigSpace, MsixTable};
 use crate::probe::{Observer, Port};
@@ -121,10 +122,8 @@ pub struct Device {
     pub(crate) doorbell_latch: Vec<[Option<u32>; 2]>,
     pub(crate) diagnostics: DiagnosticLog,
     pub(crate) counters: Counters,
-    /// MPT index → the context as last read from host memory, forgotten with the context
-    /// tables' remembered addresses (see [`Device::forget_context_caches`]) and when the
-    /// device itself changes an MPT: the hns MPT cache.
-    pub(crate) mpt_cache: FastHashMap<u32, crate::mpt::CheckedMpt>,
+    /// Memory protection: the MPT cache and the access checks.
+    pub(crate) mpt: MemoryProtection,
     /// The MTT cache: page translations, forgotten with the MPT cache.
     pub(crate) translations: TranslationCache,
     /// CQN → the CQ's context address and CQE buffer translation, forgotten with the
@@ -183,7 +182,7 @@ impl Device {
             doorbell_latch: vec![[None; 2]; pages],
             diagnostics: DiagnosticLog::default(),
             counters: Counters::default(),
-            mpt_cache: FastHashMap::default(),
+            mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
             translations: TranslationCache::default(),
             cq_buffers: FastHashMap::default(),
             config,
@@ -558,7 +557,7 @@ impl Device {
         self.cmdq = CommandQueue::default();
         self.firmware = Firmware::new(&self.config);
         self.contexts.clear_tables(&self.config);
-        self.mpt_cache.clear();
+        self.mpt.forget();
         self.translations.clear();
         self.eqs = EventQueues::new(&self.config.caps);
         self.transport = Transport::new();
@@ -672,7 +671,7 @@ impl Device {
     pub(crate) fn forget_context_caches(&mut self) {
         self.contexts.forget(&mut self.bus);
         self.cq_buffers.clear();
-        self.mpt_cache.clear();
+        self.mpt.forget();
         self.translations.clear();
     }
 
@@ -681,22 +680,6 @@ impl Device {
     #[inline]
     pub(crate) fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
         self.translations.translate_on(&self.bus, mtr, offset)
-    }
-
-    /// MPT `index`, from the MPT cache or else read from host memory (and then cached).
-    /// With bus mastering off it fails as the read would, cached or not.
-    pub(crate) fn cached_mpt(&mut self, index: u32) -> Result<crate::mpt::CheckedMpt, Rejection> {
-        if self.bus.master() {
-            if let Some(mpt) = self.mpt_cache.get(&index) {
-                return Ok(*mpt);
-            }
-        }
-        let mpt = crate::mpt::CheckedMpt::decode(&self.read_context::<Mpt>(ContextTableId::Mpt, index)?.0);
-        if self.mpt_cache.len() >= crate::hem::LOCATION_CACHE_CAPACITY {
-            self.mpt_cache.clear();
-        }
-        self.mpt_cache.insert(index, mpt);
-        Ok(mpt)
     }
 
     /// Reads object `index`'s context (a QPC or CQC from the context cache, else from
@@ -724,5 +707,94 @@ impl Device {
     fn drop_context_cache(&mut self) {
         self.contexts.drop_cache(&mut self.bus);
         self.cq_buffers.clear();
+    }
+}
+
+// ---- requests routed to the blocks ----------------------------------------------------------
+
+impl Device {
+    /// CREATE_MPT.
+    pub(crate) fn create_mpt(&mut self, index: u32, mpt: Mpt) -> Result<(), Rejection> {
+        let (block, mut io) = self.mpt_io();
+        block.create(&mut io, index, mpt)
+    }
+
+    /// DESTROY_MPT.
+    pub(crate) fn destroy_mpt(&mut self, index: u32) -> Result<(), Rejection> {
+        let (block, mut io) = self.mpt_io();
+        block.destroy(&mut io, index)
+    }
+
+    /// QUERY_MPT.
+    pub(crate) fn query_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
+        let (block, mut io) = self.mpt_io();
+        block.query(&mut io, index)
+    }
+
+    /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in
+    /// `pd` needing `needed`, and returns how to translate it (the memory-protection
+    /// block's access check).
+    #[inline]
+    pub fn check_memory_access(
+        &mut self,
+        key: u32,
+        pd: u32,
+        address: u64,
+        length: u64,
+        needed: MrAccess,
+    ) -> Result<MrTranslation, MrAccessError> {
+        let (block, mut io) = self.mpt_io();
+        block.check_access(&mut io, key, pd, address, length, needed)
+    }
+
+    /// SEND with invalidate: the region of `rkey` in PD `pd` becomes FREE.
+    pub(crate) fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
+        let (block, mut io) = self.mpt_io();
+        block.invalidate(&mut io, rkey, pd)
+    }
+}
+
+// ---- wiring: each block's Io bound to the blocks and services that serve it -------------------
+
+/// The memory-protection block's ports: the MPT table of the context block, the MTT and
+/// the bus.
+struct MptWiring<'a> {
+    contexts: &'a mut Contexts,
+    translation: &'a mut TranslationCache,
+    bus: &'a mut Bus,
+}
+
+impl crate::mpt::Io for MptWiring<'_> {
+    #[inline]
+    fn read_mpt(&mut self, index: u32) -> Result<(Mpt, u64), Rejection> {
+        self.contexts.read(self.bus, ContextTableId::Mpt, index)
+    }
+
+    #[inline]
+    fn write_mpt(&mut self, address: u64, mpt: &Mpt) -> Result<(), Rejection> {
+        self.contexts.write(self.bus, address, mpt)
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.translation.translate_on(self.bus, mtr, offset)
+    }
+
+    #[inline]
+    fn bus_master(&self) -> bool {
+        self.bus.master()
+    }
+}
+
+impl Device {
+    /// The memory-protection block and its wiring.
+    #[inline]
+    fn mpt_io(&mut self) -> (&mut MemoryProtection, MptWiring<'_>) {
+        let io = MptWiring {
+            contexts: &mut self.contexts,
+            translation: &mut self.translations,
+            bus: &mut self.bus,
+        };
+        (&mut self.mpt, io)
     }
 }

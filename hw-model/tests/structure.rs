@@ -57,7 +57,6 @@ const NOT_YET_BLOCKS: &[&str] = &[
     "firmware/cmdq.rs",
     "firmware/mailbox.rs",
     "firmware/mod.rs",
-    "mpt/mod.rs",
     "qp/mod.rs",
     "srq/mod.rs",
     "transport/completer.rs",
