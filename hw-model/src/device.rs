@@ -14,7 +14,7 @@ use crate::bus::Bus;
 use crate::command::Rejection;
 use crate::config::DeviceConfig;
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
-use crate::eq::EventQueues;
+use crate::eq::{EqKind, EventQueues};
 use crate::fast_hash::FastHashMap;
 use crate::firmware::{CommandQueue, Firmware};
 use crate::hem::Contexts;
@@ -22,17 +22,18 @@ use crate::interrupt::InterruptSink;
 use crate::memory::{HostMemory, MemoryError};
 use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
 use crate::mtt::{Mtr, MttError, TranslationCache};
-use crate::pci::{BarDescriptor, ConfigSpace, MsixTable};
+use crate::pci::{BarDescriptor, ConfigSpace};
 use crate::probe::{Observer, Port};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
 use crate::transport::Transport;
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::Mpt;
+use rnic_firmware_if::context::{Eqc, Mpt};
+use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
 
 /// Something the device will do at a virtual instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Event {
     /// Process the command queue up to the producer index.
     CommandQueue,
@@ -41,12 +42,7 @@ pub(crate) enum Event {
     /// A function reset finishes.
     ResetDone,
     /// An EQ's coalescing period expired: raise its interrupt if entries are pending.
-    EqCoalesceTimer {
-        /// EQ number.
-        eqn: u32,
-        /// Generation of the timer, to ignore timers superseded by an earlier interrupt.
-        generation: u64,
-    },
+    Eq(crate::eq::Timer),
     /// The port finished serialising a frame and may start the next (transport).
     TransportTx,
     /// Received frames leave the receive pipeline for the engines (transport).
@@ -88,14 +84,12 @@ pub struct Counters {
     pub dma_errors: u64,
 }
 
-/// Control registers of BAR0 that are not part of a sub-engine.
+/// Control registers of BAR0 that are not part of a block.
 #[derive(Debug, Default)]
 pub(crate) struct ControlRegisters {
-    pub abnormal_config: u32,
-    pub abnormal_status: u32,
-    pub abnormal_enable: u32,
-    pub event_enable: Vec<bool>,
+    /// A function reset is in progress.
     pub resetting: bool,
+    /// The firmware hit a fatal error (FUNCTION_STATUS.FATAL).
     pub fatal: bool,
 }
 
@@ -105,9 +99,7 @@ pub struct Device {
     pub(crate) scheduler: Scheduler<Event>,
     /// Host memory behind the bus-master gate: every DMA access.
     pub(crate) bus: Bus,
-    pub(crate) interrupts: Box<dyn InterruptSink>,
     pub(crate) config_space: ConfigSpace,
-    pub(crate) msix: MsixTable,
     pub(crate) registers: ControlRegisters,
     pub(crate) cmdq: CommandQueue,
     pub(crate) firmware: Firmware,
@@ -161,18 +153,14 @@ impl Device {
         let config_space = ConfigSpace::new(config.identity, &bars, vectors);
         let mut bus = Bus::new(memory);
         bus.set_master(config_space.bus_master_enabled());
-        let eqs = EventQueues::new(&config.caps);
+        let mut eqs = EventQueues::new(&config.caps, vectors, interrupts);
+        eqs.set_msix_control(config_space.msix_enabled(), config_space.msix_function_masked());
         let pages = config.doorbell_pages.max(1) as usize;
         Self {
             scheduler: Scheduler::new(),
             bus,
-            interrupts,
             config_space,
-            msix: MsixTable::new(vectors),
-            registers: ControlRegisters {
-                event_enable: vec![false; regs::MAX_EVENT_INT_ENABLES as usize],
-                ..Default::default()
-            },
+            registers: ControlRegisters::default(),
             cmdq: CommandQueue::default(),
             firmware: Firmware::new(&config),
             contexts: Contexts::new(&config),
@@ -242,7 +230,10 @@ impl Device {
             Event::ResetDone => {
                 self.registers.resetting = false;
             }
-            Event::EqCoalesceTimer { eqn, generation } => self.eq_coalesce_timer(eqn, generation),
+            Event::Eq(timer) => {
+                let (block, mut io) = self.eq_io();
+                block.coalesce_timer(&mut io, timer);
+            }
             Event::TransportTx => self.transport_tx_event(),
             Event::TransportRx => self.transport_rx_event(),
             Event::AckTimer { qpn, generation } => self.ack_timer_event(qpn, generation),
@@ -262,7 +253,12 @@ impl Device {
 
     /// Counters since power-on.
     pub fn counters(&self) -> Counters {
+        let eq = self.eqs.counters();
         Counters {
+            doorbells: self.counters.doorbells + eq.doorbells,
+            doorbells_dropped: self.counters.doorbells_dropped + eq.doorbells_dropped,
+            eqes: eq.eqes,
+            interrupts: eq.interrupts,
             dma_errors: self.bus.errors(),
             ..self.counters
         }
@@ -329,22 +325,9 @@ impl Device {
         self.bus.write(address, data)
     }
 
-    // ---- interrupts -----------------------------------------------------------------
-
-    /// Signals MSI-X `vector` (pending if masked).
-    pub(crate) fn signal_vector(&mut self, vector: u16) {
-        self.counters.interrupts += 1;
-        let enabled = self.config_space.msix_enabled();
-        let masked = self.config_space.msix_function_masked();
-        self.msix.signal(vector, enabled, masked, &mut *self.interrupts);
-    }
-
     /// Sets abnormal status bits and raises the abnormal vector if enabled.
     pub(crate) fn raise_abnormal(&mut self, bits: u32) {
-        self.registers.abnormal_status |= bits;
-        if self.registers.abnormal_config & 1 != 0 && self.registers.abnormal_enable & bits != 0 {
-            self.signal_vector(regs::ABNORMAL_VECTOR);
-        }
+        self.eqs.raise_abnormal(bits);
     }
 
     // ---- configuration space --------------------------------------------------------
@@ -358,13 +341,12 @@ impl Device {
     pub fn config_write(&mut self, offset: usize, data: &[u8]) {
         // The write may turn bus mastering off: the cached contexts go back first.
         self.drop_context_cache();
-        let was_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
         self.config_space.write(offset, data);
         self.bus.set_master(self.config_space.bus_master_enabled());
-        let now_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
-        if was_masked && !now_masked {
-            self.msix.function_unmasked(&mut *self.interrupts);
-        }
+        self.eqs.set_msix_control(
+            self.config_space.msix_enabled(),
+            self.config_space.msix_function_masked(),
+        );
     }
 
     // ---- BARs -----------------------------------------------------------------------
@@ -379,7 +361,7 @@ impl Device {
         match bar {
             regs::CONTROL_BAR => self.control_read(offset, data),
             regs::DOORBELL_BAR => data.fill(0),
-            regs::MSIX_BAR => self.msix.read(offset, data),
+            regs::MSIX_BAR => self.eqs.read_msix(offset, data),
             _ => {}
         }
     }
@@ -399,11 +381,7 @@ impl Device {
         match bar {
             regs::CONTROL_BAR => self.control_write(offset, data),
             regs::DOORBELL_BAR => self.doorbell_page_write(offset, data),
-            regs::MSIX_BAR => {
-                let enabled = self.config_space.msix_enabled();
-                let masked = self.config_space.msix_function_masked();
-                self.msix.write(offset, data, enabled, masked, &mut *self.interrupts);
-            }
+            regs::MSIX_BAR => self.eqs.write_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -476,15 +454,15 @@ impl Device {
             regs::CSQ_DEPTH => self.cmdq.depth_register,
             regs::CSQ_PRODUCER_INDEX => self.cmdq.producer_index,
             regs::CSQ_CONSUMER_INDEX => self.cmdq.consumer_index,
-            regs::ABNORMAL_INT_CONFIG => self.registers.abnormal_config,
-            regs::ABNORMAL_INT_STATUS => self.registers.abnormal_status,
-            regs::ABNORMAL_INT_ENABLE => self.registers.abnormal_enable,
+            regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
+                self.eqs.read_abnormal(offset)
+            }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
-                let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as usize;
-                self.registers.event_enable[eqn] as u32
+                let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
+                self.eqs.read_interrupt_enable(eqn)
             }
             _ => 0,
         }
@@ -512,18 +490,16 @@ impl Device {
             | regs::CSQ_DEPTH
             | regs::CSQ_PRODUCER_INDEX
             | regs::CSQ_CONSUMER_INDEX => self.command_queue_register_write(offset, value),
-            regs::ABNORMAL_INT_CONFIG => self.registers.abnormal_config = value,
-            regs::ABNORMAL_INT_STATUS => self.registers.abnormal_status &= !value,
-            regs::ABNORMAL_INT_ENABLE => self.registers.abnormal_enable = value,
+            regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
+                self.eqs.write_abnormal(offset, value)
+            }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                self.registers.event_enable[eqn as usize] = value & 1 != 0;
-                if value & 1 != 0 {
-                    self.eq_interrupt_enabled(eqn);
-                }
+                let (block, mut io) = self.eq_io();
+                block.write_interrupt_enable(&mut io, eqn, value);
             }
             o => {
                 let known = regs::REGISTERS.iter().find(|r| r.offset == o);
@@ -559,12 +535,10 @@ impl Device {
         self.contexts.clear_tables(&self.config);
         self.mpt.forget();
         self.translations.clear();
-        self.eqs = EventQueues::new(&self.config.caps);
+        self.eqs.reset();
         self.transport = Transport::new();
         self.timing = TimingModel::new(self.config.timing);
-        let event_enables = self.registers.event_enable.len();
         self.registers = ControlRegisters {
-            event_enable: vec![false; event_enables],
             resetting: true,
             ..Default::default()
         };
@@ -754,6 +728,64 @@ impl Device {
     }
 }
 
+impl Device {
+    /// CREATE_CEQC / CREATE_AEQC.
+    pub(crate) fn create_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc) -> Result<(), Rejection> {
+        self.eqs.create(eqn, kind, eqc)
+    }
+
+    /// MODIFY_CEQC / MODIFY_AEQC.
+    pub(crate) fn modify_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
+        let (block, mut io) = self.eq_io();
+        block.modify(&mut io, eqn, kind, eqc, mask)
+    }
+
+    /// QUERY_CEQC / QUERY_AEQC.
+    pub(crate) fn query_eq(&mut self, eqn: u32, kind: EqKind) -> Result<Eqc, Rejection> {
+        self.eqs.query(eqn, kind)
+    }
+
+    /// DESTROY_CEQC / DESTROY_AEQC.
+    pub(crate) fn destroy_eq(&mut self, eqn: u32, kind: EqKind) -> Result<(), Rejection> {
+        self.eqs.destroy(eqn, kind)
+    }
+
+    /// A CEQE for CQ `cqn` on CEQ `ceqn`.
+    pub(crate) fn post_completion_event(&mut self, ceqn: u32, cqn: u32) {
+        let (block, mut io) = self.eq_io();
+        block.post_completion_event(&mut io, ceqn, cqn);
+    }
+
+    /// An AEQE.
+    pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        let (block, mut io) = self.eq_io();
+        block.post_async_event(&mut io, event, sub_type, queue_number);
+    }
+
+    /// A mailbox-completion AEQE.
+    pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
+        let (block, mut io) = self.eq_io();
+        block.post_mailbox_event(&mut io, token, status, out_param);
+    }
+
+    /// The EQ doorbell.
+    pub(crate) fn eq_doorbell(&mut self, word: u64) {
+        let (block, mut io) = self.eq_io();
+        block.doorbell(&mut io, word);
+    }
+
+    /// MSI-X vector of EQ `eqn`.
+    #[cfg(test)]
+    pub(crate) fn eq_vector(&self, eqn: u32) -> u16 {
+        self.eqs.vector(eqn)
+    }
+
+    /// Number of created EQs (for the device's resource accounting and leak checks).
+    pub fn active_eq_count(&self) -> usize {
+        self.eqs.active_count()
+    }
+}
+
 // ---- wiring: each block's Io bound to the blocks and services that serve it -------------------
 
 /// The memory-protection block's ports: the MPT table of the context block, the MTT and
@@ -786,7 +818,87 @@ impl crate::mpt::Io for MptWiring<'_> {
     }
 }
 
+/// The event block's ports: the MTT and the bus for EQEs, the timing model, the
+/// scheduler for its coalescing timers, diagnostics.
+struct EqWiring<'a> {
+    translation: &'a mut TranslationCache,
+    bus: &'a mut Bus,
+    timing: &'a mut TimingModel,
+    scheduler: &'a mut Scheduler<Event>,
+    diagnostics: &'a mut DiagnosticLog,
+}
+
+impl crate::eq::Io for EqWiring<'_> {
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.translation.translate_on(self.bus, mtr, offset)
+    }
+
+    #[inline]
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.bus.write(address, data)
+    }
+
+    fn count_dma_error(&mut self) {
+        self.bus.count_error();
+    }
+
+    #[inline]
+    fn timing(&mut self) -> &mut TimingModel {
+        self.timing
+    }
+
+    fn schedule_in(&mut self, delay: Picoseconds, timer: crate::eq::Timer) {
+        self.scheduler.schedule_in(delay, Event::Eq(timer));
+    }
+
+    fn diagnose(&mut self, source: Source, object: String, field: &'static str, value: u64, expected: String) {
+        record(
+            self.diagnostics,
+            self.scheduler.now(),
+            source,
+            object,
+            field,
+            value,
+            expected,
+        );
+    }
+}
+
+/// Records a diagnostic at `now`.
+fn record(
+    log: &mut DiagnosticLog,
+    now: Picoseconds,
+    source: Source,
+    object: String,
+    field: &'static str,
+    value: u64,
+    expected: String,
+) {
+    log.record(Diagnostic {
+        time_ps: now.0,
+        source,
+        object,
+        field,
+        value,
+        expected,
+    });
+}
+
 impl Device {
+    /// The event block and its wiring.
+    #[inline]
+    fn eq_io(&mut self) -> (&mut EventQueues, EqWiring<'_>) {
+        let io = EqWiring {
+            translation: &mut self.translations,
+            bus: &mut self.bus,
+            timing: &mut self.timing,
+            scheduler: &mut self.scheduler,
+            diagnostics: &mut self.diagnostics,
+        };
+        (&mut self.eqs, io)
+    }
+
     /// The memory-protection block and its wiring.
     #[inline]
     fn mpt_io(&mut self) -> (&mut MemoryProtection, MptWiring<'_>) {

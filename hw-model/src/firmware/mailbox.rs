@@ -201,7 +201,7 @@ impl Device {
     /// FUNC_CLEAR: forget every context-table address, EQ and queued mailbox command.
     pub(crate) fn clear_function_resources(&mut self) {
         self.contexts.clear_tables(&self.config);
-        self.eqs = crate::eq::EventQueues::new(&self.config.caps);
+        self.eqs.clear();
         self.firmware.mailbox_queue.clear();
         self.firmware.attributes_configured = false;
     }
