@@ -253,7 +253,10 @@ impl Limiter {
             if !text.is_empty() {
                 text.push_str(", ");
             }
-            text.push_str(&format!("{} +{} ({} in total)", count.kind, count.unreported, count.total));
+            text.push_str(&format!(
+                "{} +{} ({} in total)",
+                count.kind, count.unreported, count.total
+            ));
             count.unreported = 0;
         }
         self.lines += 1;
@@ -559,7 +562,13 @@ mod log_tests {
         assert!(lines.iter().all(|l| l.contains("rnic::diag")), "{text}");
         assert!(lines[0].contains("hostile input 0"), "{text}");
         assert!(lines[3].contains("further ones are counted"), "{text}");
-        assert!(lines.last().unwrap().contains("summary: 2000 diagnostics (test/flood: 2000)"), "{text}");
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .contains("summary: 2000 diagnostics (test/flood: 2000)"),
+            "{text}"
+        );
     }
 
     #[test]

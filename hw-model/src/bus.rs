@@ -44,6 +44,17 @@ impl Bus {
         }
     }
 
+    /// A copy onto the same host memory, without the observer.
+    pub fn fork(&self) -> Self {
+        Self {
+            memory: self.memory.clone(),
+            master: self.master,
+            errors: self.errors,
+            now: self.now,
+            probe: Probe::default(),
+        }
+    }
+
     /// Follows `COMMAND.BUS_MASTER`.
     pub fn set_master(&mut self, enabled: bool) {
         self.master = enabled;

@@ -85,7 +85,7 @@ pub struct Counters {
 }
 
 /// Control registers of BAR0 that are not part of a block.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct ControlRegisters {
     /// A function reset is in progress.
     pub resetting: bool,
@@ -174,6 +174,34 @@ impl Device {
             translations: TranslationCache::default(),
             cq_buffers: FastHashMap::default(),
             config,
+        }
+    }
+
+    /// A copy of this device in its current state — registers, firmware, caches, engines,
+    /// pending events, virtual time — that DMAs into the same host memory and signals
+    /// `interrupts`. Host memory is not the device's, so it is not copied: a caller that
+    /// wants to return to this moment restores it. Fuzzers bring a device up once and
+    /// fork it for each input instead of bringing it up again. Observers stay with the
+    /// original.
+    pub fn fork(&self, interrupts: Box<dyn InterruptSink>) -> Device {
+        Device {
+            config: self.config.clone(),
+            scheduler: self.scheduler.clone(),
+            bus: self.bus.fork(),
+            config_space: self.config_space.clone(),
+            registers: self.registers.clone(),
+            cmdq: self.cmdq.clone(),
+            firmware: self.firmware.clone(),
+            contexts: self.contexts.clone(),
+            eqs: self.eqs.fork(interrupts),
+            transport: self.transport.clone(),
+            timing: self.timing.clone(),
+            doorbell_latch: self.doorbell_latch.clone(),
+            diagnostics: self.diagnostics.clone(),
+            counters: self.counters,
+            mpt: self.mpt.clone(),
+            translations: self.translations.clone(),
+            cq_buffers: self.cq_buffers.clone(),
         }
     }
 
@@ -354,15 +382,30 @@ impl Device {
     /// Reads `data.len()` bytes from `bar` at `offset`. Unmapped or disabled regions read
     /// as all ones, as an unsupported PCI request would.
     pub fn bar_read(&mut self, bar: u8, offset: u64, data: &mut [u8]) {
+        // What PCI gives for a read nothing claims: all ones (and a diagnostic).
         data.fill(0xFF);
         if !self.config_space.memory_enabled() {
+            self.diagnose(
+                Source::Pci,
+                format!("BAR{bar}"),
+                "COMMAND.MEMORY_SPACE",
+                0,
+                "memory decoding enabled before BAR reads (reads all ones)",
+            );
             return;
         }
         match bar {
             regs::CONTROL_BAR => self.control_read(offset, data),
+            // Doorbells are write-only; their pages read as zero, like hns's.
             regs::DOORBELL_BAR => data.fill(0),
             regs::MSIX_BAR => self.eqs.read_msix(offset, data),
-            _ => {}
+            _ => self.diagnose(
+                Source::Pci,
+                format!("BAR{bar}"),
+                "BAR index",
+                bar as u64,
+                "BAR 0, 2 or 4 (reads all ones)",
+            ),
         }
     }
 
@@ -464,7 +507,16 @@ impl Device {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
                 self.eqs.read_interrupt_enable(eqn)
             }
-            _ => 0,
+            _ => {
+                self.diagnose(
+                    Source::Register,
+                    format!("BAR0+{offset:#x}"),
+                    "register offset",
+                    offset,
+                    "a register of docs/register-map.md (others read all ones)",
+                );
+                u32::MAX
+            }
         }
     }
 
@@ -908,5 +960,52 @@ impl Device {
             bus: &mut self.bus,
         };
         (&mut self.mpt, io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interrupt::RecordingSink;
+    use crate::memory::PagedMemory;
+
+    fn read(device: &mut Device, offset: u64) -> u32 {
+        let mut bytes = [0u8; 4];
+        device.bar_read(regs::CONTROL_BAR, offset, &mut bytes);
+        u32::from_le_bytes(bytes)
+    }
+
+    #[test]
+    fn a_fork_starts_where_the_device_is_and_then_goes_its_own_way() {
+        let memory: Arc<dyn HostMemory> = Arc::new(PagedMemory::new());
+        let mut device = Device::new(DeviceConfig::default(), memory, Box::new(RecordingSink::new()));
+        let command = rnic_firmware_if::pci::COMMAND_MEMORY_SPACE;
+        device.config_write(rnic_firmware_if::pci::offset::COMMAND, &command.to_le_bytes());
+        device.bar_write(regs::CONTROL_BAR, regs::CSQ_BASE_LOW, &0x1000u32.to_le_bytes());
+        // A reset in progress: the fork has the pending event and the register state.
+        device.bar_write(regs::CONTROL_BAR, regs::FUNCTION_RESET, &1u32.to_le_bytes());
+        device.advance_to(Picoseconds(1));
+        let mut fork = device.fork(Box::new(RecordingSink::new()));
+        assert_eq!(fork.now(), device.now());
+        assert_eq!(fork.next_event_time(), device.next_event_time());
+        assert_eq!(
+            read(&mut fork, regs::FUNCTION_STATUS),
+            read(&mut device, regs::FUNCTION_STATUS)
+        );
+        let ready = fork.next_event_time().expect("the reset completes later");
+        fork.advance_to(ready);
+        fork.bar_write(regs::CONTROL_BAR, regs::CSQ_BASE_LOW, &0x2000u32.to_le_bytes());
+        assert_eq!(read(&mut fork, regs::FUNCTION_STATUS), regs::STATUS_READY);
+        assert_eq!(read(&mut fork, regs::CSQ_BASE_LOW), 0x2000);
+        // The original is still mid-reset, at its own time, with its own registers.
+        assert_eq!(read(&mut device, regs::FUNCTION_STATUS), 0);
+        assert_eq!(device.now(), Picoseconds(1));
+        device.advance_to(ready);
+        assert_eq!(read(&mut device, regs::FUNCTION_STATUS), regs::STATUS_READY);
+        assert_eq!(
+            read(&mut device, regs::CSQ_BASE_LOW),
+            0,
+            "the reset cleared it; the fork's write stayed there"
+        );
     }
 }

@@ -84,7 +84,7 @@ impl Diagnostic {
 }
 
 /// Bounded log of the most recent diagnostics, plus counts by kind.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct DiagnosticLog {
     recent: VecDeque<Diagnostic>,
     limiter: Limiter,

@@ -22,3 +22,6 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod nvmeof;
+pub mod perf;
+pub mod rdma;

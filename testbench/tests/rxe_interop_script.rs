@@ -75,8 +75,20 @@ fn a_perftest_side_must_report_the_size_and_count_asked_for() {
     assert!(verdict("write", "client", 4096, 200, &good));
     assert!(verdict("write", "server", 4096, 200, &good));
     // A run of other messages, or fewer of them, is not the case that was asked for.
-    assert!(!verdict("write", "client", 4096, 200, &perftest_bw("RDMA_Write BW Test", 4096, 100)));
-    assert!(!verdict("read", "client", 4096, 200, &perftest_bw("RDMA_Read BW Test", 1024, 200)));
+    assert!(!verdict(
+        "write",
+        "client",
+        4096,
+        200,
+        &perftest_bw("RDMA_Write BW Test", 4096, 100)
+    ));
+    assert!(!verdict(
+        "read",
+        "client",
+        4096,
+        200,
+        &perftest_bw("RDMA_Read BW Test", 1024, 200)
+    ));
     assert!(!verdict("send", "server", 4096, 50, &good));
 }
 
@@ -87,13 +99,31 @@ fn a_perftest_side_that_printed_an_error_or_nothing_fails() {
     assert!(!verdict("write", "client", 4096, 200, &broken));
     // A BW server reports the client's figures; silence means it saw no test.
     assert!(!verdict("write", "server", 4096, 200, ""));
-    assert!(!verdict("send", "server", 4096, 200, " Couldn't connect to 10.77.0.3:18601\n"));
+    assert!(!verdict(
+        "send",
+        "server",
+        4096,
+        200,
+        " Couldn't connect to 10.77.0.3:18601\n"
+    ));
     // ib_write_lat prints its latency table on both sides.
     let latency = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]\n 2       200          40.12          310.5        55.20\n";
     assert!(verdict("write_lat", "client", 2, 200, latency));
     assert!(verdict("write_lat", "server", 2, 200, latency));
-    assert!(!verdict("write_lat", "server", 2, 200, &format!("{}\n", "-".repeat(87))));
-    assert!(!verdict("write_lat", "server", 2, 200, &format!("{latency}Unable to create QP.\n")));
+    assert!(!verdict(
+        "write_lat",
+        "server",
+        2,
+        200,
+        &format!("{}\n", "-".repeat(87))
+    ));
+    assert!(!verdict(
+        "write_lat",
+        "server",
+        2,
+        200,
+        &format!("{latency}Unable to create QP.\n")
+    ));
 }
 
 #[test]
@@ -102,7 +132,13 @@ fn rc_pingpong_must_report_every_iteration_and_no_bad_data() {
                 remote address: LID 0x0000, QPN 0x000042, PSN 0x3d4e5f, GID ::ffff:10.77.0.3\n\
                 819200 bytes in 0.41 seconds = 15.98 Mbit/sec\n100 iters in 0.41 seconds = 4100.00 usec/iter\n";
     assert!(verdict("pingpong", "client", 4096, 100, good));
-    assert!(!verdict("pingpong", "client", 4096, 100, &format!("{good}Page 3 invalid data\n")));
+    assert!(!verdict(
+        "pingpong",
+        "client",
+        4096,
+        100,
+        &format!("{good}Page 3 invalid data\n")
+    ));
     let short = good.replace("100 iters", "60 iters").replace("819200", "491520");
     assert!(!verdict("pingpong", "client", 4096, 100, &short));
 }

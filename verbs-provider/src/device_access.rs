@@ -21,6 +21,15 @@
 //! doorbells without taking the driver's control-path lock.
 
 use std::fmt;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// Nanoseconds of the host's monotonic clock since the first call in this process.
+pub fn monotonic_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// Why a backend could not perform an access.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -226,6 +235,14 @@ pub trait DeviceAccess: Send + Sync {
     /// programs it as source MAC 0 and derives the default GID from it.
     fn mac_address(&self) -> Option<[u8; 6]> {
         None
+    }
+
+    /// The time the device lives in, in nanoseconds from an arbitrary start: the model's
+    /// virtual time for the embedded backend, the host's monotonic clock for the others.
+    /// Timers above the driver (the connection manager's) read it, so runs on virtual time
+    /// stay reproducible.
+    fn now_ns(&self) -> u64 {
+        monotonic_ns()
     }
 
     /// Reads a 16-bit configuration register.

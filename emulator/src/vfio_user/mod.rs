@@ -30,5 +30,6 @@ pub mod regions;
 pub mod server;
 
 pub use server::{
-    Limits, Polling, Server, ServerHandle, ServerOptions, ServerStats, ServerThread, DIAGNOSTICS_PERIOD, DIAGNOSTICS_POLICY,
+    Limits, Polling, Server, ServerHandle, ServerOptions, ServerStats, ServerThread, DIAGNOSTICS_PERIOD,
+    DIAGNOSTICS_POLICY,
 };

@@ -30,6 +30,7 @@ use rnic_diag::{KindCount, Limiter, Policy};
 use rnic_firmware_if::pci::{offset as pci_offset, COMMAND_MEMORY_SPACE};
 use rnic_firmware_if::regs;
 use rnic_hw_model::time::Picoseconds;
+use rnic_hw_model::transport::TransportCounters;
 use rnic_hw_model::{Counters, Device, DeviceConfig, HostMemory};
 
 use super::connection::{configure_client_socket, send_message, Message, MessageReader, ReadOutcome};
@@ -183,6 +184,8 @@ pub struct ServerStats {
     pub resets: u64,
     /// The device's counters.
     pub device: Counters,
+    /// The transport's counters (frames dropped, sequence errors, duplicates, ...).
+    pub transport: TransportCounters,
     /// The device's virtual time.
     pub virtual_time: Picoseconds,
     /// Total diagnostics the device recorded.
@@ -1180,6 +1183,7 @@ impl Server {
             self.stats.interrupts_dropped = msix.dropped;
         }
         self.stats.device = self.device.counters();
+        self.stats.transport = self.device.transport_counters();
         self.stats.net = self.net.stats();
         self.stats.virtual_time = self.device.now();
         self.stats.diagnostics = self.device.diagnostics().total();

@@ -177,7 +177,7 @@ impl EventQueue {
 }
 
 /// Every EQ of the function, indexed by EQN.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Queues {
     /// Slot per EQN: CEQs first, then the AEQ.
     slots: Vec<EqSlot>,
@@ -548,6 +548,21 @@ impl EventQueues {
             function_masked: false,
             counters: EqCounters::default(),
             caps: *caps,
+        }
+    }
+
+    /// A copy in the current state that signals `sink`.
+    pub fn fork(&self, sink: Box<dyn InterruptSink>) -> Self {
+        Self {
+            queues: self.queues.clone(),
+            enables: self.enables.clone(),
+            abnormal: self.abnormal,
+            msix: self.msix.clone(),
+            sink,
+            msix_enabled: self.msix_enabled,
+            function_masked: self.function_masked,
+            counters: self.counters,
+            caps: self.caps,
         }
     }
 

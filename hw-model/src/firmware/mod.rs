@@ -50,7 +50,7 @@ pub struct GidTableEntry {
 }
 
 /// Firmware state besides the ring.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Firmware {
     /// Clock cycles per µs configured by CFG_GLOBAL_PARAM (None until configured).
     pub cycles_per_microsecond: Option<u16>,

@@ -57,7 +57,7 @@ pub(crate) struct QpcProgress {
 }
 
 /// The context tables, their cache and the recorded QP progress.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Contexts {
     qpc: ContextTable,
     mpt: ContextTable,

@@ -195,7 +195,7 @@ fn mpt_mtr(mpt: &Mpt) -> Mtr {
 }
 
 /// The memory-protection block: the MPT cache and the limits from the capabilities.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct MemoryProtection {
     /// MPT index → the MPT as last read from host memory, decoded: forgotten with the
     /// context tables' remembered addresses (on every command, mailbox, configuration

@@ -487,7 +487,7 @@ impl PageKey {
 /// and the BT reads and gives what the walk gave. The owner forgets everything whenever
 /// the driver may have changed BT pages (the device does so on every command and
 /// mailbox, as it does for context addresses; see `hem`).
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct TranslationCache {
     pages: FastHashMap<PageKey, u64>,
     /// MTRs that passed [`Mtr::validate`] (at most [`VALID_MTRS`], replaced in turn).

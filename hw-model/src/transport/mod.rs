@@ -132,7 +132,7 @@ pub struct TransportCounters {
 }
 
 /// The transport's device-wide state.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Transport {
     /// Per-QP state of every QP in RTR, RTS or ERR, by QPN (ordered: deterministic).
     pub qps: BTreeMap<u32, Box<QpRuntime>>,

@@ -48,7 +48,11 @@ pub enum CaptureError {
 /// # Errors
 /// A file that is neither format, is cut short, or is not an Ethernet capture.
 pub fn read_capture(file: &[u8]) -> Result<Vec<Packet>, CaptureError> {
-    let magic: [u8; 4] = file.get(..4).ok_or(CaptureError::Truncated(0))?.try_into().unwrap_or([0; 4]);
+    let magic: [u8; 4] = file
+        .get(..4)
+        .ok_or(CaptureError::Truncated(0))?
+        .try_into()
+        .unwrap_or([0; 4]);
     match magic {
         [0x0a, 0x0d, 0x0d, 0x0a] => read_pcapng(file),
         [0xd4, 0xc3, 0xb2, 0xa1] | [0x4d, 0x3c, 0xb2, 0xa1] => read_pcap(file, false),
@@ -122,7 +126,12 @@ fn read_pcapng(file: &[u8]) -> Result<Vec<Packet>, CaptureError> {
             big_endian = match file.get(at + 8..at + 12) {
                 Some([0x1a, 0x2b, 0x3c, 0x4d]) => true,
                 Some([0x4d, 0x3c, 0x2b, 0x1a]) => false,
-                Some(_) => return Err(CaptureError::Block { at, why: "byte-order magic" }),
+                Some(_) => {
+                    return Err(CaptureError::Block {
+                        at,
+                        why: "byte-order magic",
+                    })
+                }
                 None => return Err(CaptureError::Truncated(at)),
             };
             interfaces.clear();
@@ -138,15 +147,17 @@ fn read_pcapng(file: &[u8]) -> Result<Vec<Packet>, CaptureError> {
         }
         let body = &file[at + 8..end - 4];
         let packet = |interface: u32, captured: usize, original_length: u32, data: usize| {
-            let link_type = *interfaces
-                .get(interface as usize)
-                .ok_or(CaptureError::Block { at, why: "unknown interface" })?;
+            let link_type = *interfaces.get(interface as usize).ok_or(CaptureError::Block {
+                at,
+                why: "unknown interface",
+            })?;
             if link_type != LINKTYPE_ETHERNET {
                 return Err(CaptureError::LinkType(link_type));
             }
-            let bytes = body
-                .get(data..data + captured)
-                .ok_or(CaptureError::Block { at, why: "packet longer than its block" })?;
+            let bytes = body.get(data..data + captured).ok_or(CaptureError::Block {
+                at,
+                why: "packet longer than its block",
+            })?;
             Ok(Packet {
                 number: 0,
                 bytes: bytes.to_vec(),
@@ -242,7 +253,12 @@ mod tests {
             out.extend_from_slice(&(length as u32).to_le_bytes());
             out
         };
-        let mut file = block(0x0A0D_0D0A, &[0x4d, 0x3c, 0x2b, 0x1a, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+        let mut file = block(
+            0x0A0D_0D0A,
+            &[
+                0x4d, 0x3c, 0x2b, 0x1a, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            ],
+        );
         file.extend(block(1, &[1, 0, 0, 0, 0, 0, 0, 0]));
         let mut epb = vec![0u8; 20];
         epb[12..16].copy_from_slice(&5u32.to_le_bytes());

@@ -113,7 +113,9 @@ pub fn find_shared_oracle() -> Result<Option<PathBuf>, CheckError> {
             Err(CheckError::SharedOracleMissing(script))
         };
     }
-    let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/oracles").join(SHARED_ORACLE_NAME);
+    let beside = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/oracles")
+        .join(SHARED_ORACLE_NAME);
     Ok(beside.is_file().then_some(beside))
 }
 
@@ -257,7 +259,10 @@ pub fn check_file(path: &Path, options: &CheckOptions) -> Result<Report, CheckEr
         );
     }
     let (mut roce_frames, mut ipv6_frames) = (0, 0);
-    for (packet, seen) in packets.iter().zip(decoded.iter().map(Some).chain(std::iter::repeat(None))) {
+    for (packet, seen) in packets
+        .iter()
+        .zip(decoded.iter().map(Some).chain(std::iter::repeat(None)))
+    {
         let number = Some(packet.number);
         let mut zero_checksum_v6 = false;
         match roce::classify(&packet.bytes) {
@@ -273,7 +278,11 @@ pub fn check_file(path: &Path, options: &CheckOptions) -> Result<Report, CheckEr
                 if packet.bytes.len() < packet.original_length as usize {
                     problem(
                         number,
-                        format!("cut to {} of {} bytes by the capture", packet.bytes.len(), packet.original_length),
+                        format!(
+                            "cut to {} of {} bytes by the capture",
+                            packet.bytes.len(),
+                            packet.original_length
+                        ),
                     );
                 }
                 if !frame.icrc_good() {

@@ -198,7 +198,9 @@ mod tests {
             })
             .collect();
         assert_eq!(frames.len(), 7);
-        assert!(frames.iter().all(|f| f.icrc_good() && f.opcode == 0x64 && f.destination_qp == 1));
+        assert!(frames
+            .iter()
+            .all(|f| f.icrc_good() && f.opcode == 0x64 && f.destination_qp == 1));
     }
 
     #[test]
@@ -215,8 +217,11 @@ mod tests {
             let udp = if ipv6 { 14 + 40 } else { 14 + 20 };
             for at in 14..frame.len() - 4 {
                 // Lengths, fragment and protocol fields change what the frame is, not just its CRC.
-                let structural = if ipv6 { (18..=20).contains(&at) } else { (16..=17).contains(&at) || (20..=21).contains(&at) || at == 23 }
-                    || (udp + 2..udp + 6).contains(&at)
+                let structural = if ipv6 {
+                    (18..=20).contains(&at)
+                } else {
+                    (16..=17).contains(&at) || (20..=21).contains(&at) || at == 23
+                } || (udp + 2..udp + 6).contains(&at)
                     || at == 14;
                 if structural {
                     continue;

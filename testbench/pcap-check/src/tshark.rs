@@ -85,7 +85,10 @@ pub enum TsharkError {
 /// # Errors
 /// tshark missing or failing.
 pub fn version() -> Result<String, TsharkError> {
-    let output = Command::new("tshark").arg("-v").output().map_err(TsharkError::Missing)?;
+    let output = Command::new("tshark")
+        .arg("-v")
+        .output()
+        .map_err(TsharkError::Missing)?;
     if !output.status.success() {
         return Err(TsharkError::Failed {
             status: output.status,
@@ -93,7 +96,12 @@ pub fn version() -> Result<String, TsharkError> {
         });
     }
     let text = String::from_utf8_lossy(&output.stdout);
-    Ok(text.lines().next().unwrap_or("tshark").trim_end_matches('.').to_string())
+    Ok(text
+        .lines()
+        .next()
+        .unwrap_or("tshark")
+        .trim_end_matches('.')
+        .to_string())
 }
 
 /// tshark's stderr without its "Running as user root" banner.

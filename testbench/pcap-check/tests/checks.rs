@@ -9,7 +9,9 @@ use rnic_pcap_check::capture::read_capture;
 use rnic_pcap_check::{check_file, find_shared_oracle, CheckOptions, Report, SharedOracle};
 
 fn testdata(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hw-model/src/wire/testdata").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../hw-model/src/wire/testdata")
+        .join(name)
 }
 
 /// A classic Ethernet pcap of `frames`, in a temporary file named after `name`.
@@ -47,7 +49,13 @@ fn the_hand_built_frames_fail_exactly_where_their_icrc_is_bad() {
     // ICRC written big-endian. Frame 3 (a SEND whose payload tshark's RPC-over-RDMA heuristic
     // would call malformed) and 8 (FECN set after the ICRC) pass.
     assert_eq!(frames_with_problems(&report), [2, 6, 9], "{report}");
-    assert!(report.problems.iter().any(|p| p.frame == Some(6) && p.what.contains("tshark")), "{report}");
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.frame == Some(6) && p.what.contains("tshark")),
+        "{report}"
+    );
     if let Some(shared) = &report.shared {
         assert!(!shared.passed, "the second opinion disagrees: {}", shared.output);
     }
@@ -66,7 +74,10 @@ fn the_good_frames_pass() {
     std::fs::remove_file(&path).unwrap();
     assert!(report.passed(), "{report}");
     assert_eq!((report.roce_frames, report.ipv6_frames), (6, 1));
-    assert!(report.to_string().ends_with("6 RoCEv2 frames, all ICRC good"), "{report}");
+    assert!(
+        report.to_string().ends_with("6 RoCEv2 frames, all ICRC good"),
+        "{report}"
+    );
 }
 
 #[test]
@@ -180,5 +191,8 @@ register_postdissector(p)
     std::fs::remove_file(&script).unwrap();
     assert!(!report.passed(), "{report}");
     assert_eq!(report.problems.len(), 33, "one per frame: {report}");
-    assert!(report.problems[0].what.contains("flagged by the test script"), "{report}");
+    assert!(
+        report.problems[0].what.contains("flagged by the test script"),
+        "{report}"
+    );
 }

@@ -134,6 +134,9 @@ impl DeviceAccess for CountingAccess {
     fn mac_address(&self) -> Option<[u8; 6]> {
         self.inner.mac_address()
     }
+    fn now_ns(&self) -> u64 {
+        self.inner.now_ns()
+    }
 }
 
 /// A driver-allocated queue buffer, contiguous, whole 4 KiB pages, zero-filled.

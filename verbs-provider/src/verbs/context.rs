@@ -461,6 +461,23 @@ impl Context {
         })
     }
 
+    /// Whether `other` is a handle of this same open device.
+    pub fn is_same(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The device's clock in nanoseconds ([`DeviceAccess::now_ns`]): virtual time for an
+    /// embedded NIC.
+    pub fn now_ns(&self) -> u64 {
+        self.inner.access.now_ns()
+    }
+
+    /// Waits up to `timeout_ns` (device time) for any MSI-X message of the device;
+    /// returns at once when the model has nothing pending that could raise one.
+    pub fn wait_interrupt(&self, timeout_ns: u64) {
+        let _ = self.inner.access.wait_interrupt(timeout_ns);
+    }
+
     /// `ibv_query_device`.
     pub fn query_device(&self) -> DeviceAttributes {
         self.inner.attributes.clone()

@@ -427,4 +427,8 @@ pub struct WorkCompletion {
     pub sl: u8,
     /// DLID path bits (0 on RoCE).
     pub dlid_path_bits: u8,
+    /// Source MAC of a UD receive (the CQE's `SMAC`, as hns reports it to the kernel's
+    /// `ib_wc.smac`); all zero otherwise. Not in `ibv_wc`: the connection manager answers
+    /// a MAD through it without resolving the sender's address.
+    pub smac: [u8; 6],
 }
