@@ -38,10 +38,12 @@ use crate::fast_hash::FastHashMap;
 use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
 
 mod cache;
+mod contexts;
 #[cfg(test)]
 mod tests;
 
 pub use cache::{ContextCache, CONTEXT_CACHE_CAPACITY};
+pub(crate) use contexts::{Contexts, QpcProgress, SqProgress};
 
 pub use rnic_firmware_if::mtr::{MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
 /// Required alignment of BT page and buffer chunk addresses.
