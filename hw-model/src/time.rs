@@ -202,7 +202,7 @@ impl<T> TimeQueue<T> {
 }
 
 /// A queue of events ordered by time, then by scheduling order.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Scheduler<E> {
     now: Picoseconds,
     queue: TimeQueue<E>,

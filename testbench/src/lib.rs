@@ -9,6 +9,7 @@
 
 pub mod bench;
 mod cm_session;
+pub mod fuzzing;
 pub mod harness;
 pub mod pcap;
 pub mod perftest;

@@ -36,7 +36,7 @@ struct CachedContext {
 }
 
 /// Contexts by bus address; see the module documentation.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ContextCache {
     entries: FastHashMap<u64, CachedContext>,
     dirty: usize,

@@ -38,10 +38,12 @@ use crate::fast_hash::FastHashMap;
 use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
 
 mod cache;
+mod contexts;
 #[cfg(test)]
 mod tests;
 
 pub use cache::{ContextCache, CONTEXT_CACHE_CAPACITY};
+pub(crate) use contexts::{Contexts, QpcProgress, SqProgress};
 
 pub use rnic_firmware_if::mtr::{MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
 /// Required alignment of BT page and buffer chunk addresses.
@@ -175,6 +177,22 @@ pub enum HemError {
         slot: u64,
         /// Number of L0 slots.
         slots: usize,
+    },
+    /// The object's context would run past the end of the 64-bit address space: its chunk
+    /// lies so close to the top that the object's offset wraps.
+    #[error(
+        "{table}: object {index} lies {offset:#x} bytes into the chunk at {chunk:#x}, past the end of \
+         the address space (expected a chunk whose whole size fits below 2^64)"
+    )]
+    ContextBeyondAddressSpace {
+        /// Table name.
+        table: &'static str,
+        /// Object index.
+        index: u32,
+        /// The chunk's bus address.
+        chunk: u64,
+        /// The object's offset in the chunk.
+        offset: u64,
     },
     /// A base-address level beyond the table's hop number.
     #[error("{table}: base-address level {level} does not exist with hop number {hop} (levels 0..={hop})")]
@@ -480,7 +498,10 @@ impl ContextTable {
             let slot = &mut self.l0_slots[location.l0 as usize];
             if let Some(old) = *slot {
                 if old != address {
-                    tracing::warn!(
+                    // A driver can repeat this at will: bounded like any diagnostic.
+                    rnic_diag::warn!(
+                        rnic_diag::global(),
+                        rnic_diag::Kind::new("hem", "L0 slot overwritten"),
                         table,
                         index,
                         slot = location.l0,
@@ -524,9 +545,17 @@ impl ContextTable {
         let location = self.location(index)?;
         let hop = self.require_attributes()?.hop;
         let chunk = self.walk(memory, index, &location, hop)?;
-        // The chunk is 4 KiB aligned and the offset is below the chunk size; a chunk at
-        // the very top of the address space would wrap, which no DMA can reach anyway.
-        Ok(chunk.wrapping_add(location.offset_in_chunk))
+        // A chunk near the top of the address space must not wrap the object to a low
+        // address the driver never named: the whole context must lie below 2^64.
+        chunk
+            .checked_add(location.offset_in_chunk)
+            .filter(|context| context.checked_add(self.object_size).is_some())
+            .ok_or(HemError::ContextBeyondAddressSpace {
+                table: self.name,
+                index,
+                chunk,
+                offset: location.offset_in_chunk,
+            })
     }
 
     /// [`locate`](Self::locate), remembering the address a successful walk finds, and

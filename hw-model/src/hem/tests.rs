@@ -304,6 +304,34 @@ fn an_empty_slot_names_the_object_and_the_slot() {
     );
 }
 
+/// Found by the `mtt` fuzz target (docs/fuzzing.md): a chunk near the top of the address
+/// space used to wrap an object's context to a low address the driver never named.
+#[test]
+fn a_context_past_the_end_of_the_address_space_is_refused_not_wrapped() {
+    let memory = PagedMemory::new();
+    // 64 MiB chunks of 256-byte objects, the one chunk on the last 4 KiB page.
+    let mut table = ContextTable::new("QPC", 256, 1 << 18, 1);
+    table.set_attributes(attrs(12, 26, 0)).unwrap();
+    let top_page = u64::MAX - 4095;
+    table.write_base_address(0, 0, top_page).unwrap();
+    assert_eq!(table.locate(&memory, 0), Ok(top_page));
+    assert_eq!(table.locate(&memory, 14), Ok(top_page + 14 * 256));
+    // Object 15 would end exactly at 2^64, object 16 would start there.
+    for index in [15, 16, 100_000] {
+        assert_eq!(
+            table.locate(&memory, index),
+            Err(HemError::ContextBeyondAddressSpace {
+                table: "QPC",
+                index,
+                chunk: top_page,
+                offset: u64::from(index) * 256,
+            }),
+            "object {index}"
+        );
+    }
+    assert!(table.locate_cached(&memory, 16).is_err(), "and is not remembered");
+}
+
 #[test]
 fn indices_beyond_the_table_or_its_slots_are_rejected() {
     let memory = PagedMemory::new();

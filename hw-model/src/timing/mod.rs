@@ -463,7 +463,7 @@ pub(crate) struct FrameCharges {
 }
 
 /// The model's state on one device: parameters, caches, totals.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TimingModel {
     params: TimingParams,
     /// Translations cached: (MTR root, page index).

@@ -179,7 +179,7 @@ impl QpConfig {
 // ---- requester --------------------------------------------------------------------------
 
 /// Requester and completer state of one QP (the send side).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Requester {
     /// PSN of the next new packet (QPC SQ_CUR_PSN).
     pub next_psn: u32,
@@ -398,7 +398,7 @@ pub(crate) struct ReplayEntry {
 }
 
 /// Responder state of one QP (the receive side).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Responder {
     /// Expected PSN (QPC RX_REQ_EPSN).
     pub epsn: u32,
@@ -467,7 +467,7 @@ impl Responder {
 // ---- the QP -----------------------------------------------------------------------------
 
 /// The transport state of one QP in RTR, RTS or (draining responses) ERR.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct QpRuntime {
     pub state: QpState,
     pub config: QpConfig,

@@ -322,7 +322,7 @@ fn role(arguments: &Arguments) -> remote::Role {
 
 /// Prints a run's outcome (its text, which lists the failures; with `table` the
 /// perftest-shaped table and `--breakdown`; `--json`) and turns it into the exit code:
-/// success only when every message was ok.
+/// success only when every message asked for moved and was ok ([`BenchReport::verdict`]).
 fn finish(arguments: &Arguments, outcome: Result<BenchReport, impl std::fmt::Display>, table: bool) -> ExitCode {
     let report = match outcome {
         Ok(report) => report,
@@ -341,10 +341,12 @@ fn finish(arguments: &Arguments, outcome: Result<BenchReport, impl std::fmt::Dis
     if arguments.json {
         println!("{}", report.to_json());
     }
-    if report.messages_failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    match report.verdict() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("rnic-bench: {why}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -441,7 +443,10 @@ fn sweep_main(arguments: &Arguments, base: BenchConfig) -> ExitCode {
                 for failure in &report.failures {
                     println!("failure: {failure}");
                 }
-                failed |= report.messages_failed != 0;
+                if let Err(why) = report.verdict() {
+                    println!("failure: {why}");
+                    failed = true;
+                }
                 if arguments.json {
                     json.push(report.to_json());
                 }
