@@ -844,7 +844,10 @@ impl Device {
     /// firmware command or mailbox runs and before it completes, before a configuration
     /// write (which may end bus mastering), before a function reset, and when the cache
     /// is full. A write-back that fails is counted as a DMA error.
-    pub(crate) fn write_back_contexts(&mut self) {
+    ///
+    /// Public so that tests and fuzzers can read every QPC and CQC from host memory as the
+    /// device sees it without issuing a command (which does this first).
+    pub fn write_back_contexts(&mut self) {
         self.apply_all_qpc_progress();
         self.write_back_dirty_contexts();
     }
