@@ -4,7 +4,8 @@
 //! attached to one emulator over its vfio-user socket (a file, reachable from every
 //! namespace) and meeting on 127.0.0.1 TCP. RC WRITE, READ, SEND and fetch-and-add, and
 //! UD SEND, every byte checked. The emulators are then stopped with SIGTERM (which flushes
-//! their captures), and each capture must pass `../shared/oracles/check-roce-pcap`: on the
+//! their captures), and each capture must pass the capture check (`rnic-pcap-check`, and
+//! `../shared/oracles/check-roce-pcap` where it exists): on the
 //! `eth:` backend every frame, IPv4 included, leaves exactly as the device built it.
 //!
 //! Needs root (network namespaces, CAP_NET_RAW) and `ip` (iproute2). Without them the
@@ -18,11 +19,11 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::netns::{environment_ready, oracle, Namespaces};
+use common::netns::{check_capture, environment_ready, Namespaces};
 use common::process::{check_reports, free_port, mac, run_bench_child, spawn_bench, BenchArguments, Process};
 
 /// The environment variable that turns `bench_child` into a bench process.
@@ -144,33 +145,11 @@ fn run_pair(server: &Emulator, client: &Emulator, operation: &str, size: usize, 
     messages
 }
 
-/// Runs the oracle on `pcap`; returns the number of RoCEv2 frames it found, all good.
-fn check_capture(pcap: &Path) -> u64 {
-    let output = Command::new(oracle()).arg(pcap).output().expect("run check-roce-pcap");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "check-roce-pcap rejected {} ({}):\n{stdout}\n{stderr}\n(capture kept)",
-        pcap.display(),
-        output.status
-    );
-    let frames = stdout
-        .lines()
-        .find_map(|line| line.trim().strip_suffix(" RoCEv2 frames, all ICRC good"))
-        .and_then(|n| n.trim().parse::<u64>().ok())
-        .unwrap_or_else(|| panic!("no frame count from check-roce-pcap:\n{stdout}"));
-    eprintln!("{}: {}", pcap.display(), stdout.trim());
-    frames
-}
-
 #[test]
 fn bench_processes_across_two_namespaces_on_the_eth_backend_pass_the_pcap_oracle() {
     if !environment_ready("bench-across-namespaces") {
         return;
     }
-    let oracle = oracle();
-    assert!(oracle.exists());
     let namespaces = Namespaces::create("rnic-bench", "rb");
     // The kernels get addresses of their own, next to (not equal to) the NICs' GIDs.
     namespaces.add_address(0, "192.0.2.101/24");

@@ -222,7 +222,14 @@ pub fn render() -> String {
     layout_section::<context::Qpc>(
         &mut out,
         "QP context",
-        "Lives in the QPC table in host memory; created by MODIFY_QPC RESET→INIT.",
+        &format!(
+            "Lives in the QPC table in host memory; created by MODIFY_QPC RESET→INIT. \
+             QPN {} (SMI) is refused; QPN {} is the GSI QP: UD, Q_Key {:#010x} whatever \
+             `QKEY_XRCD` holds.",
+            context::SMI_QPN,
+            context::GSI_QPN,
+            context::GSI_QKEY
+        ),
     );
     layout_section::<context::Cqc>(&mut out, "CQ context", "");
     layout_section::<context::Srqc>(&mut out, "SRQ context", "");

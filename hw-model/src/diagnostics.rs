@@ -1,10 +1,16 @@
 //! Diagnostics: what a misbehaving driver did wrong, in words.
 //!
 //! Every rejected input produces one [`Diagnostic`] naming the object, the field, the bad
-//! value and what was expected. It is emitted as a `tracing` warning (target
-//! `rnic::diag`) and kept in a bounded log so tests and tools can assert on it.
+//! value and what was expected. It is counted by kind (source and field) and kept in a
+//! bounded log so tests and tools can assert on it; the first occurrences of a kind are
+//! emitted as `tracing` warnings (target `rnic::diag`), later ones only as totals
+//! ([`rnic_diag::Limiter`], default [`rnic_diag::Policy::DEFAULT`]: the first 10 of a kind,
+//! then one line per 100 000), so hostile input cannot flood the log. The model never
+//! reads a clock: time-based totals are its owner's choice ([`DiagnosticLog::tick`]).
 
 use std::collections::VecDeque;
+
+use rnic_diag::{Kind, Limiter, Policy};
 
 /// Which part of the device noticed the problem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +31,22 @@ pub enum Source {
     Pci,
     /// The transport: WQEs the engines refuse and packets they drop.
     Transport,
+}
+
+impl Source {
+    /// The source's name in diagnostics kinds and totals lines.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Source::Register => "register",
+            Source::CommandQueue => "cmdq",
+            Source::Mailbox => "mailbox",
+            Source::Doorbell => "doorbell",
+            Source::EventQueue => "eq",
+            Source::CompletionQueue => "cq",
+            Source::Pci => "pci",
+            Source::Transport => "transport",
+        }
+    }
 }
 
 /// One diagnostic record.
@@ -54,25 +76,56 @@ impl std::fmt::Display for Diagnostic {
     }
 }
 
-/// Bounded log of the most recent diagnostics, plus a total count.
+impl Diagnostic {
+    /// Its kind for counting and rate limiting: source and field.
+    pub fn kind(&self) -> Kind {
+        Kind::new(self.source.name(), self.field)
+    }
+}
+
+/// Bounded log of the most recent diagnostics, plus counts by kind.
 #[derive(Debug, Clone, Default)]
 pub struct DiagnosticLog {
     recent: VecDeque<Diagnostic>,
-    total: u64,
+    limiter: Limiter,
 }
 
 /// How many diagnostics the log keeps.
 pub const LOG_CAPACITY: usize = 256;
 
 impl DiagnosticLog {
-    /// Records a diagnostic and emits it through `tracing`.
+    /// Records a diagnostic: counted always, emitted through `tracing` when the limiter
+    /// admits its kind.
     pub fn record(&mut self, diagnostic: Diagnostic) {
-        tracing::warn!(target: "rnic::diag", "{diagnostic}");
+        if self.limiter.admit(diagnostic.kind()) {
+            tracing::warn!(target: "rnic::diag", "{diagnostic}");
+        }
         if self.recent.len() == LOG_CAPACITY {
             self.recent.pop_front();
         }
         self.recent.push_back(diagnostic);
-        self.total += 1;
+    }
+
+    /// The counters by kind and the logging policy.
+    pub fn limiter(&self) -> &Limiter {
+        &self.limiter
+    }
+
+    /// Sets how much is logged (counting is unaffected).
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.limiter.set_policy(policy);
+    }
+
+    /// Passes the owner's time to the limiter, for [`Policy::period`] totals; the device
+    /// never calls it (it would be virtual time, and the device reads no other clock).
+    pub fn tick(&mut self, now: u64) {
+        self.limiter.tick(now);
+    }
+
+    /// Replaces the limiter (an owner that rebuilds the device keeps its counts and quiet
+    /// kinds).
+    pub fn replace_limiter(&mut self, limiter: Limiter) -> Limiter {
+        std::mem::replace(&mut self.limiter, limiter)
     }
 
     /// The most recent diagnostics, oldest first.
@@ -87,7 +140,7 @@ impl DiagnosticLog {
 
     /// Number of diagnostics ever recorded.
     pub fn total(&self) -> u64 {
-        self.total
+        self.limiter.total()
     }
 
     /// Removes and returns the kept diagnostics.
@@ -128,5 +181,18 @@ mod tests {
         assert_eq!(log.total(), LOG_CAPACITY as u64 + 10);
         assert_eq!(log.recent().count(), LOG_CAPACITY);
         assert_eq!(log.recent().next().unwrap().value, 10);
+    }
+
+    #[test]
+    fn diagnostics_are_counted_by_source_and_field() {
+        let mut log = DiagnosticLog::default();
+        for v in 0..1000 {
+            log.record(sample(v));
+        }
+        let kind = Kind::new("doorbell", "TAG");
+        assert_eq!(sample(0).kind(), kind);
+        assert_eq!(log.limiter().count(kind), 1000);
+        // The default policy: 10 in full and the "only counted" note.
+        assert_eq!(log.limiter().lines(), 11);
     }
 }

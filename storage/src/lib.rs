@@ -22,3 +22,8 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod nvmeof;
+pub mod perf;
+pub mod rdma;
+pub mod scsi;
+pub mod srp;

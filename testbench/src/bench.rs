@@ -217,6 +217,8 @@ pub struct BenchReport {
     pub queue_pairs: usize,
     /// Path MTU in bytes.
     pub mtu: u32,
+    /// Messages the run was asked to move: iterations × queue pairs.
+    pub messages_expected: u64,
     /// Messages that completed successfully (and verified, when verifying).
     pub messages_ok: u64,
     /// Messages that completed with an error or failed verification.
@@ -267,6 +269,27 @@ pub struct BenchReport {
 }
 
 impl BenchReport {
+    /// The run's verdict: every message asked for moved and none failed. A run that moved
+    /// fewer messages than asked without counting a failure has still not done its job.
+    ///
+    /// # Errors
+    /// What fell short, in words.
+    pub fn verdict(&self) -> Result<(), String> {
+        if self.messages_failed != 0 {
+            return Err(format!(
+                "{} of {} messages failed",
+                self.messages_failed, self.messages_expected
+            ));
+        }
+        if self.messages_ok != self.messages_expected {
+            return Err(format!(
+                "{} messages ok of {} asked for ({} B x {} on {} QP(s))",
+                self.messages_ok, self.messages_expected, self.size, self.iterations, self.queue_pairs
+            ));
+        }
+        Ok(())
+    }
+
     /// One JSON object on one line.
     pub fn to_json(&self) -> String {
         format!(
@@ -274,7 +297,7 @@ impl BenchReport {
              \"bytes_verified\":{},\"retransmissions\":{},\"frames\":{},\"frames_dropped\":{},\"frames_duplicated\":{},\
              \"frames_reordered\":{},\"frames_corrupted\":{},\"mode\":\"{}\",\"preset\":\"{}\",\"test\":\"{}\",\
              \"bw_gbps\":{:.6},\"bw_peak_gbps\":{:.6},\"msg_rate_mpps\":{:.6},\"lat_us\":{{\"min\":{:.6},\"p50\":{:.6},\
-             \"p99\":{:.6},\"max\":{:.6}}},\"mtt_misses\":{},\"sim_time_ps\":{},\"wall_time_s\":{:.6}}}",
+             \"p99\":{:.6},\"max\":{:.6}}},\"mtt_misses\":{},\"sim_time_ps\":{},\"wall_time_s\":{:.6},\"messages_expected\":{}}}",
             self.operation,
             self.size,
             self.iterations,
@@ -301,7 +324,8 @@ impl BenchReport {
             self.lat_us[3],
             self.mtt_misses,
             self.sim_time_ps,
-            self.wall_time_s
+            self.wall_time_s,
+            self.messages_expected
         )
     }
 
@@ -719,6 +743,7 @@ pub fn run_with_progress(
         mode: config.mode.name(),
         preset: config.preset.clone(),
         test: if config.latency_test { "lat" } else { "bw" },
+        messages_expected: config.iterations * config.queue_pairs as u64,
         ..BenchReport::default()
     };
     let expected_messages = config.iterations * config.queue_pairs as u64;
@@ -1245,6 +1270,59 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_passes_only_when_every_message_asked_for_moved_and_none_failed() {
+        let asked = BenchReport {
+            size: 4096,
+            iterations: 100,
+            queue_pairs: 2,
+            messages_expected: 200,
+            messages_ok: 200,
+            ..BenchReport::default()
+        };
+        assert_eq!(asked.verdict(), Ok(()));
+        // Fewer messages with no failure counted: the run silently fell short.
+        let short = BenchReport {
+            messages_ok: 150,
+            ..asked.clone()
+        };
+        assert_eq!(
+            short.verdict(),
+            Err("150 messages ok of 200 asked for (4096 B x 100 on 2 QP(s))".to_string())
+        );
+        let nothing = BenchReport {
+            messages_ok: 0,
+            ..asked.clone()
+        };
+        assert!(nothing.verdict().is_err());
+        let failed = BenchReport {
+            messages_ok: 199,
+            messages_failed: 1,
+            ..asked.clone()
+        };
+        assert_eq!(failed.verdict(), Err("1 of 200 messages failed".to_string()));
+        assert!(
+            asked.to_json().ends_with(",\"messages_expected\":200}"),
+            "{}",
+            asked.to_json()
+        );
+    }
+
+    #[test]
+    fn every_runner_says_how_many_messages_it_was_asked_for() {
+        let config = BenchConfig {
+            size: 64,
+            iterations: 5,
+            queue_pairs: 3,
+            verify: true,
+            ..BenchConfig::default()
+        };
+        let (report, _) = run(&config).unwrap();
+        assert_eq!(report.messages_expected, 15);
+        assert_eq!(report.verdict(), Ok(()));
+        assert_eq!(crate::remote::new_report(&config).messages_expected, 15);
+    }
 
     #[test]
     fn fill_pattern_matches_pattern_byte() {

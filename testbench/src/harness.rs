@@ -41,6 +41,38 @@ pub const RING_DEPTH: u32 = 64;
 /// Depth of the AEQ and of each CQ the harness creates.
 pub const QUEUE_DEPTH: u32 = 64;
 
+/// Why a driver step did not get what a well-behaved device gives a well-behaved driver
+/// (after hostile steps broke the setup, say). The `try_` steps return it; the others
+/// panic with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The firmware refused a command.
+    #[error("{opcode:?}: return code {code:?}")]
+    Command {
+        /// The command.
+        opcode: Opcode,
+        /// What the firmware returned.
+        code: ReturnCode,
+    },
+    /// QUERY_MB_ST still said busy after the device settled.
+    #[error("the mailbox was still busy after settling")]
+    MailboxBusy,
+    /// QUERY_MB_ST returned a status no completion has.
+    #[error("undefined mailbox completion status {0}")]
+    UndefinedStatus(u8),
+    /// A mailbox command completed with an error.
+    #[error("{what}: {status:?}")]
+    Mailbox {
+        /// The step.
+        what: String,
+        /// Its completion.
+        status: MailboxCompletion,
+    },
+    /// The harness's DMA memory is used up.
+    #[error("harness DMA memory exhausted")]
+    OutOfMemory,
+}
+
 /// The device plus a minimal register-level driver.
 pub struct RegisterHarness {
     /// The device under test.
@@ -127,10 +159,20 @@ impl RegisterHarness {
     /// [`RegisterHarness::new`] for a device built with `config` (a second NIC on a
     /// fabric needs its own MAC address).
     pub fn with_config(config: DeviceConfig) -> Self {
+        Self::with_device_memory(config, |memory| memory)
+    }
+
+    /// [`RegisterHarness::with_config`], the device reaching host memory through what
+    /// `wrap` makes of the harness's memory (the harness itself uses it directly): for
+    /// tests of what happens when DMA misbehaves.
+    pub fn with_device_memory(
+        config: DeviceConfig,
+        wrap: impl FnOnce(Arc<PagedMemory>) -> Arc<dyn HostMemory>,
+    ) -> Self {
         let memory = Arc::new(PagedMemory::new());
         let backing = Backing::zeroed(DMA_SIZE);
         memory.map_contiguous(DMA_BASE, &backing, 0, DMA_SIZE / FRAME_SIZE as usize, true);
-        Self::with_memory(config, memory.clone(), memory, DMA_SIZE)
+        Self::with_memory(config, memory.clone(), wrap(memory), DMA_SIZE)
     }
 
     /// [`RegisterHarness::with_config`] over memory the caller provides: `driver` is how
@@ -202,11 +244,18 @@ impl RegisterHarness {
 
     /// Allocates zeroed, 4 KiB-aligned DMA memory.
     pub fn allocate(&mut self, size: usize) -> u64 {
+        self.try_allocate(size).unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// [`RegisterHarness::allocate`], or an error when the memory is used up.
+    pub fn try_allocate(&mut self, size: usize) -> Result<u64, StepError> {
         let address = self.next_free;
         let size = (size as u64).div_ceil(FRAME_SIZE).max(1) * FRAME_SIZE;
+        if address + size > self.dma_end {
+            return Err(StepError::OutOfMemory);
+        }
         self.next_free += size;
-        assert!(self.next_free <= self.dma_end, "harness DMA memory exhausted");
-        address
+        Ok(address)
     }
 
     /// Where the next [`RegisterHarness::allocate`] starts.
@@ -302,19 +351,64 @@ impl RegisterHarness {
     /// Posts a mailbox command with the given parameters, waits for it, and returns its
     /// completion status.
     pub fn mailbox_raw(&mut self, opcode: u8, tag: u32, in_param: u64, out_param: u64) -> MailboxCompletion {
+        self.try_mailbox_raw(opcode, tag, in_param, out_param)
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// [`RegisterHarness::mailbox_raw`], or why the device did not complete it.
+    pub fn try_mailbox_raw(
+        &mut self,
+        opcode: u8,
+        tag: u32,
+        in_param: u64,
+        out_param: u64,
+    ) -> Result<MailboxCompletion, StepError> {
         let mut post = PostMailbox::zeroed();
         post.set_command(opcode);
         post.set_tag(tag);
         post.set_in_param(in_param);
         post.set_out_param(out_param);
         post.set_token(POLL_TOKEN);
-        let (code, _) = self.command(Opcode::PostMailbox, false, &post.0);
-        assert_eq!(code, ReturnCode::Success, "POST_MB accepted");
-        let (code, response) = self.command(Opcode::QueryMailboxStatus, true, &[0; 24]);
-        assert_eq!(code, ReturnCode::Success);
-        let status = MailboxStatus::parse(&response).unwrap();
-        assert!(!status.busy(), "mailbox finished after settling");
-        MailboxCompletion::from_raw(status.status()).expect("a defined completion status")
+        self.checked_command(Opcode::PostMailbox, false, &post.0)?;
+        let response = self.checked_command(Opcode::QueryMailboxStatus, true, &[0; 24])?;
+        let status = MailboxStatus::parse(&response).map_err(|_| StepError::UndefinedStatus(0))?;
+        if status.busy() {
+            return Err(StepError::MailboxBusy);
+        }
+        MailboxCompletion::from_raw(status.status()).ok_or(StepError::UndefinedStatus(status.status()))
+    }
+
+    /// [`RegisterHarness::command`], its response when it succeeded.
+    fn checked_command(&mut self, opcode: Opcode, read: bool, payload: &[u8; 24]) -> Result<[u8; 24], StepError> {
+        match self.command(opcode, read, payload) {
+            (ReturnCode::Success, response) => Ok(response),
+            (code, _) => Err(StepError::Command { opcode, code }),
+        }
+    }
+
+    /// A mailbox command that must succeed.
+    fn expect_success(&mut self, what: impl FnOnce() -> String, status: MailboxCompletion) -> Result<(), StepError> {
+        match status {
+            MailboxCompletion::Success => Ok(()),
+            status => Err(StepError::Mailbox { what: what(), status }),
+        }
+    }
+
+    /// [`RegisterHarness::mailbox_with`], or why the device did not complete it.
+    pub fn try_mailbox_with<L: Layout>(
+        &mut self,
+        opcode: MailboxOpcode,
+        tag: u32,
+        context: &L,
+        mask: Option<&L>,
+    ) -> Result<MailboxCompletion, StepError> {
+        self.memory.write_layout(self.mailbox_in, context).unwrap();
+        if let Some(mask) = mask {
+            self.memory
+                .write_layout(self.mailbox_in + L::SIZE as u64, mask)
+                .unwrap();
+        }
+        self.try_mailbox_raw(opcode as u8, tag, self.mailbox_in, 0)
     }
 
     /// Posts a mailbox command whose input is `context` (‖ `mask` for modifies).
@@ -342,18 +436,29 @@ impl RegisterHarness {
 
     /// Configures every context table as hop 0 with 4 KiB BT pages and 64 KiB chunks.
     pub fn configure_tables(&mut self) {
+        self.try_configure_tables().unwrap_or_else(|error| panic!("{error}"));
+    }
+
+    /// [`RegisterHarness::configure_tables`], or why the device refused.
+    pub fn try_configure_tables(&mut self) -> Result<(), StepError> {
         let mut attributes = BaseAddressTableAttributes::zeroed();
         attributes.set_qpc_buffer_page_size(4);
         attributes.set_mpt_buffer_page_size(4);
         attributes.set_cqc_buffer_page_size(4);
         attributes.set_srqc_buffer_page_size(4);
-        let (code, _) = self.command(Opcode::ConfigBaseAddressTableAttributes, false, &attributes.0);
-        assert_eq!(code, ReturnCode::Success);
+        self.checked_command(Opcode::ConfigBaseAddressTableAttributes, false, &attributes.0)
+            .map(drop)
     }
 
     /// Makes sure the chunk holding object `index` of `table` exists and its L0 slot is
     /// written (hop 0: the slot holds the chunk address).
     pub fn ensure_context(&mut self, table: Table, index: u32) {
+        self.try_ensure_context(table, index)
+            .unwrap_or_else(|error| panic!("{error}"));
+    }
+
+    /// [`RegisterHarness::ensure_context`], or why the device refused.
+    pub fn try_ensure_context(&mut self, table: Table, index: u32) -> Result<(), StepError> {
         const CHUNK: u64 = 64 << 10;
         let chunk_index = (index as u64 * table.object_size() / CHUNK) as usize;
         let chunks = &mut self.chunks[table as usize];
@@ -361,11 +466,12 @@ impl RegisterHarness {
             chunks.resize(chunk_index + 1, None);
         }
         if chunks[chunk_index].is_none() {
-            let address = self.allocate(CHUNK as usize);
+            let address = self.try_allocate(CHUNK as usize)?;
             self.chunks[table as usize][chunk_index] = Some(address);
-            let status = self.mailbox_raw(table.write_bt0() as u8, index, address, 0);
-            assert_eq!(status, MailboxCompletion::Success, "WRITE_BT0 for {table:?} {index}");
+            let status = self.try_mailbox_raw(table.write_bt0() as u8, index, address, 0)?;
+            self.expect_success(|| format!("WRITE_BT0 for {table:?} {index}"), status)?;
         }
+        Ok(())
     }
 
     /// Whether [`RegisterHarness::create_aeq`] has run.
@@ -375,45 +481,54 @@ impl RegisterHarness {
 
     /// Creates the AEQ (EQN = number of CEQs) with interrupts enabled; returns its EQN.
     pub fn create_aeq(&mut self) -> u32 {
+        self.try_create_aeq().unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// [`RegisterHarness::create_aeq`], or why the device refused.
+    pub fn try_create_aeq(&mut self) -> Result<u32, StepError> {
         let eqn = self.device.config().caps.num_ceqs as u32;
-        let buffer = self.allocate(QUEUE_DEPTH as usize * 16);
+        let buffer = self.try_allocate(QUEUE_DEPTH as usize * 16)?;
         let mut eqc = Eqc::zeroed();
         eqc.set_eq_state(EqState::Valid);
         eqc.set_arm_state(EqArmState::AlwaysArmed);
         eqc.set_shift(QUEUE_DEPTH.trailing_zeros() as u8);
         eqc.set_eqe_base_address(buffer >> 3);
-        let status = self.mailbox_with(MailboxOpcode::CreateAeqc, eqn, &eqc, None);
-        assert_eq!(status, MailboxCompletion::Success);
+        let status = self.try_mailbox_with(MailboxOpcode::CreateAeqc, eqn, &eqc, None)?;
+        self.expect_success(|| format!("CREATE_AEQC {eqn}"), status)?;
         self.write_register(regs::event_int_enable(eqn), 1);
         self.aeq = Some((buffer, eqn));
-        eqn
+        Ok(eqn)
     }
 
     /// Creates CEQ 0 and CQ `cqn` (hop 0, 64-byte CQEs, depth [`QUEUE_DEPTH`]); returns
     /// the CQE buffer address.
     pub fn create_cq(&mut self, cqn: u32) -> u64 {
-        self.ensure_context(Table::Cqc, cqn);
-        if self.device.counters().eqes == 0 && !self.ceq_created() {
-            let ceq = self.allocate(QUEUE_DEPTH as usize * 4);
+        self.try_create_cq(cqn).unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// [`RegisterHarness::create_cq`], or why the device refused.
+    pub fn try_create_cq(&mut self, cqn: u32) -> Result<u64, StepError> {
+        self.try_ensure_context(Table::Cqc, cqn)?;
+        if self.device.counters().eqes == 0 && !self.ceq_created()? {
+            let ceq = self.try_allocate(QUEUE_DEPTH as usize * 4)?;
             let mut eqc = Eqc::zeroed();
             eqc.set_eq_state(EqState::Valid);
             eqc.set_arm_state(EqArmState::AlwaysArmed);
             eqc.set_shift(QUEUE_DEPTH.trailing_zeros() as u8);
             eqc.set_eqe_base_address(ceq >> 3);
-            assert_eq!(
-                self.mailbox_with(MailboxOpcode::CreateCeqc, 0, &eqc, None),
-                MailboxCompletion::Success
-            );
+            let status = self.try_mailbox_with(MailboxOpcode::CreateCeqc, 0, &eqc, None)?;
+            self.expect_success(|| "CREATE_CEQC 0".into(), status)?;
             self.write_register(regs::event_int_enable(0), 1);
         }
-        let buffer = self.allocate(QUEUE_DEPTH as usize * 64);
-        let status = self.mailbox_with(MailboxOpcode::CreateCqc, cqn, &Self::cq_context(cqn, buffer), None);
-        assert_eq!(status, MailboxCompletion::Success, "CREATE_CQC {cqn}");
-        buffer
+        let buffer = self.try_allocate(QUEUE_DEPTH as usize * 64)?;
+        let status = self.try_mailbox_with(MailboxOpcode::CreateCqc, cqn, &Self::cq_context(cqn, buffer), None)?;
+        self.expect_success(|| format!("CREATE_CQC {cqn}"), status)?;
+        Ok(buffer)
     }
 
-    fn ceq_created(&mut self) -> bool {
-        self.query::<Eqc>(MailboxOpcode::QueryCeqc, 0).0 == MailboxCompletion::Success
+    fn ceq_created(&mut self) -> Result<bool, StepError> {
+        let status = self.try_mailbox_raw(MailboxOpcode::QueryCeqc as u8, 0, 0, self.mailbox_out)?;
+        Ok(status == MailboxCompletion::Success)
     }
 
     /// A valid CQC for CQ `cqn` with a direct CQE buffer at `buffer`.
@@ -431,8 +546,14 @@ impl RegisterHarness {
     /// Creates RC QP `qpn` on CQ `cqn` and moves it RESET→INIT→RTR→RTS. The WQE buffer
     /// (64 SQ WQEs, 64 RQ WQEs of one SGE) is returned.
     pub fn create_connected_qp(&mut self, qpn: u32, cqn: u32) -> u64 {
-        self.ensure_context(Table::Qpc, qpn);
-        let buffer = self.allocate(2 * 4096);
+        self.try_create_connected_qp(qpn, cqn)
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// [`RegisterHarness::create_connected_qp`], or why the device refused.
+    pub fn try_create_connected_qp(&mut self, qpn: u32, cqn: u32) -> Result<u64, StepError> {
+        self.try_ensure_context(Table::Qpc, qpn)?;
+        let buffer = self.try_allocate(2 * 4096)?;
         let mut init = Qpc::zeroed();
         init.set_qp_state(QpState::Init);
         init.set_service_type(ServiceType::Rc);
@@ -441,11 +562,8 @@ impl RegisterHarness {
         init.set_rq_shift(6);
         init.set_send_cq_number(cqn);
         init.set_receive_cq_number(cqn);
-        assert_eq!(
-            self.modify_qp(qpn, &init, &Qpc::zeroed()),
-            MailboxCompletion::Success,
-            "RESET->INIT"
-        );
+        let status = self.try_mailbox_with(MailboxOpcode::ModifyQpc, qpn, &init, Some(&Qpc::zeroed()))?;
+        self.expect_success(|| format!("QP {qpn} RESET->INIT"), status)?;
         let mut rtr = Qpc::zeroed();
         let mut mask = Qpc::all_ones();
         rtr.set_qp_state(QpState::Rtr);
@@ -456,13 +574,15 @@ impl RegisterHarness {
         mask.open_field(Qpc::WQE_SGE_BA);
         rtr.set_destination_qpn(qpn);
         mask.open_field(Qpc::DQPN);
-        assert_eq!(
-            self.modify_qp(qpn, &rtr, &mask),
-            MailboxCompletion::Success,
-            "INIT->RTR"
-        );
-        assert_eq!(self.move_qp(qpn, QpState::Rts), MailboxCompletion::Success, "RTR->RTS");
-        buffer
+        let status = self.try_mailbox_with(MailboxOpcode::ModifyQpc, qpn, &rtr, Some(&mask))?;
+        self.expect_success(|| format!("QP {qpn} INIT->RTR"), status)?;
+        let mut rts = Qpc::zeroed();
+        let mut mask = Qpc::all_ones();
+        rts.set_qp_state(QpState::Rts);
+        mask.open_field(Qpc::QP_ST);
+        let status = self.try_mailbox_with(MailboxOpcode::ModifyQpc, qpn, &rts, Some(&mask))?;
+        self.expect_success(|| format!("QP {qpn} RTR->RTS"), status)?;
+        Ok(buffer)
     }
 
     /// MODIFY_QPC with a context and mask.
@@ -1026,7 +1146,7 @@ impl RegisterHarness {
     /// Creates CQ `cqn` of `depth` 64-byte CQEs (and CEQ 0 with it if needed).
     pub fn create_polled_cq(&mut self, cqn: u32, depth: u32) -> CompletionQueue {
         self.ensure_context(Table::Cqc, cqn);
-        if !self.ceq_created() {
+        if !self.ceq_created().unwrap_or_else(|error| panic!("{error}")) {
             let ceq = self.allocate(QUEUE_DEPTH as usize * 4);
             let mut eqc = Eqc::zeroed();
             eqc.set_eq_state(EqState::Valid);

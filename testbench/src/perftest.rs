@@ -46,10 +46,15 @@
 //!
 //! # What `--verify` checks here (perftest checks nothing)
 //!
-//! * WRITE, we serve: every slot perftest must have written differs from the sentinel we
-//!   filled in, and every byte it must not have written (gaps, tail) still holds it:
-//!   the writes landed at the right addresses with the right lengths. The data itself is
-//!   random and cannot be checked.
+//! * WRITE, we serve: every slot perftest must have written was written over its whole
+//!   length — it differs from the sentinel we filled in, and nowhere in it do
+//!   [`SENTINEL_RUN`] or more consecutive bytes still match the sentinel (perftest's random
+//!   bytes match one sentinel byte in 256, eight in a row one time in 2^64; a packet that
+//!   never landed or a WRITE cut short leaves a run that long) — and every byte it must not
+//!   have written (gaps, tail) still holds the sentinel: the writes landed at the right
+//!   addresses with the right lengths. The data itself is random and cannot be checked, so
+//!   `bytes_verified` counts the written bytes whose placement was checked, once each.
+//!   (A slot shorter than [`SENTINEL_RUN`] can only be checked for differing at all.)
 //! * WRITE, we drive: nothing can be checked (perftest's buffer is not readable remotely).
 //! * READ, we drive: every read of a remote slot returns the same bytes as the first.
 //!   READ, we serve: our buffer is unchanged afterwards.
@@ -72,6 +77,23 @@ use rnic_verbs::{
 
 use crate::bench::{fill_pattern, BenchConfig, BenchReport, Operation};
 use crate::remote::{self, RcPath, RemoteError, GRH_BYTES, QKEY};
+
+/// A run of this many bytes still equal to the sentinel inside a slot perftest wrote means
+/// part of the slot was not written (see the module documentation).
+pub const SENTINEL_RUN: usize = 8;
+
+/// Whether `found`, a slot perftest wrote over the `sentinel` bytes, was written over its
+/// whole length: it differs, and has no run of [`SENTINEL_RUN`] bytes still equal.
+pub fn slot_written(found: &[u8], sentinel: &[u8]) -> bool {
+    let mut run = 0;
+    for (f, s) in found.iter().zip(sentinel) {
+        run = if f == s { run + 1 } else { 0 };
+        if run >= SENTINEL_RUN {
+            return false;
+        }
+    }
+    found != sentinel
+}
 
 /// The version string this side announces (perftest 4.5-0.17's `VERSION`).
 pub const VERSION: &str = "6.06";
@@ -1252,15 +1274,17 @@ impl Session {
                 }
             }
             self.expected_region(index, &mut expected, Some(&hits));
+            let mut placed = 0;
             let good = match self.config.test {
                 Test::WriteBw => {
                     let mut good = true;
                     let mut covered = vec![false; expected.len()];
                     for &offset in &written {
                         let span = offset as usize..(offset + self.size) as usize;
-                        good &= found[span.clone()] != expected[span.clone()];
+                        good &= slot_written(&found[span.clone()], &expected[span.clone()]);
                         covered[span].fill(true);
                     }
+                    placed = covered.iter().filter(|&&c| c).count() as u64;
                     good && covered
                         .iter()
                         .zip(found.iter().zip(&expected))
@@ -1272,6 +1296,7 @@ impl Session {
                 report.messages_ok += iters;
                 report.bytes_verified += match self.config.test {
                     Test::AtomicBw => iters * 8,
+                    Test::WriteBw => placed,
                     _ => self.region,
                 };
             } else {
@@ -1294,6 +1319,27 @@ mod tests {
     /// A key message as perftest's `KEY_PRINT_FMT_GID` prints it (RoCEv2, IPv4 GID).
     const PERFTEST_KEYS: &[u8] =
         b"0000:0010:000011:abcdef:00001234:00007f0012345000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:00:02:00000000:";
+
+    #[test]
+    fn a_slot_counts_as_written_only_without_a_run_of_sentinel_bytes() {
+        let sentinel: Vec<u8> = (0..64u8).collect();
+        let mut written: Vec<u8> = sentinel.iter().map(|b| b ^ 0x5A).collect();
+        assert!(slot_written(&written, &sentinel));
+        // Random data matches the sentinel here and there: runs shorter than SENTINEL_RUN.
+        written[10..10 + SENTINEL_RUN - 1].copy_from_slice(&sentinel[10..10 + SENTINEL_RUN - 1]);
+        assert!(slot_written(&written, &sentinel));
+        // A tail never written, or a hole where a packet went missing.
+        let mut short = written.clone();
+        short[40..].copy_from_slice(&sentinel[40..]);
+        assert!(!slot_written(&short, &sentinel));
+        let mut hole = written.clone();
+        hole[20..20 + SENTINEL_RUN].copy_from_slice(&sentinel[20..20 + SENTINEL_RUN]);
+        assert!(!slot_written(&hole, &sentinel));
+        assert!(!slot_written(&sentinel, &sentinel));
+        // Shorter than a run: only "written at all" can be told.
+        assert!(slot_written(&[1, 2], &[1, 3]));
+        assert!(!slot_written(&[1, 2], &[1, 2]));
+    }
 
     #[test]
     fn key_messages_are_perftests_108_byte_text() {

@@ -604,6 +604,7 @@ pub(crate) fn new_report(config: &BenchConfig) -> BenchReport {
         mode: "wall",
         preset: "-".to_string(),
         test: if config.latency_test { "lat" } else { "bw" },
+        messages_expected: config.iterations * config.queue_pairs as u64,
         ..BenchReport::default()
     }
 }

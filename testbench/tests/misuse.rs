@@ -25,6 +25,28 @@ fn assert_command_queue_works(h: &mut RegisterHarness) {
 const UNMAPPED: u64 = DMA_BASE + DMA_SIZE as u64 + 0x10_0000;
 
 #[test]
+fn an_unknown_register_reads_all_ones_and_is_diagnosed() {
+    let mut h = RegisterHarness::new();
+    // Past the last register, and a hole between registers (not 4-aligned).
+    for offset in [regs::BAR0_SIZE - 4, regs::CSQ_BASE_LOW + 2] {
+        let before = h.device.diagnostics().total();
+        assert_eq!(h.read_register(offset), 0xFFFF_FFFF, "BAR0+{offset:#x}");
+        assert_eq!(h.device.diagnostics().total(), before + 1);
+        let diagnostic = h.last_diagnostic();
+        assert!(diagnostic.contains(&format!("BAR0+{offset:#x}")), "{diagnostic}");
+        assert!(diagnostic.contains("register offset"), "{diagnostic}");
+    }
+    // A BAR the function does not have.
+    let mut data = [0u8; 4];
+    h.device.bar_read(1, 0, &mut data);
+    assert_eq!(data, [0xFF; 4]);
+    assert!(h.last_diagnostic().contains("BAR index"), "{}", h.last_diagnostic());
+    // The registers that exist still read as they should.
+    assert_eq!(h.read_register(regs::ID), regs::ID_MAGIC);
+    assert_command_queue_works(&mut h);
+}
+
+#[test]
 fn an_unknown_cmdq_opcode_returns_not_exist_and_names_the_opcode() {
     let mut h = RegisterHarness::new();
     let mut descriptor = Descriptor::zeroed();

@@ -126,10 +126,16 @@ fn a_server_that_expected_other_iterations_says_so() {
     assert!(client.is_err());
 }
 
+/// The MAC behind the link-local GID of [`perftest_keys`].
+const FAKE_CLIENT_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
+
+/// The PSN [`perftest_keys`] announces.
+const FAKE_CLIENT_PSN: u32 = 0xabcd;
+
 /// What perftest's `ethernet_write_keys` sends for a QP on a link-local GID.
 fn perftest_keys(qpn: u32) -> Vec<u8> {
     let text = format!(
-        "0000:0001:{qpn:06x}:00abcd:00001000:00005555aaaa0000:fe:80:00:00:00:00:00:00:50:54:00:ff:fe:12:34:56:00000000:"
+        "0000:0001:{qpn:06x}:{FAKE_CLIENT_PSN:06x}:00001000:00005555aaaa0000:fe:80:00:00:00:00:00:00:50:54:00:ff:fe:12:34:56:00000000:"
     );
     let mut bytes = text.into_bytes();
     assert_eq!(bytes.len(), KEY_LEN_GID - 1);
@@ -140,36 +146,56 @@ fn perftest_keys(qpn: u32) -> Vec<u8> {
 /// A fake `ib_write_bw` client: bytes only, no RDMA; it reports `report_iters` iterations
 /// (perftest reports `-n` × `-q`). Returns what the server sent.
 fn fake_write_bw_client(port: u16, report_iters: u64, qps: usize) -> std::io::Result<Vec<Vec<u8>>> {
+    let keys = (0..qps).map(|qp| perftest_keys(0x100 + qp as u32)).collect();
+    fake_write_bw_client_with(port, 64, report_iters, keys, |_| {})
+}
+
+/// [`fake_write_bw_client`] of `size`-byte messages announcing `keys` (one message per
+/// QP), which runs `traffic` with the server's keys once the QPs are connected, where
+/// perftest runs its WRITEs.
+fn fake_write_bw_client_with(
+    port: u16,
+    size: u64,
+    report_iters: u64,
+    keys: Vec<Vec<u8>>,
+    traffic: impl FnOnce(&[KeyMessage]),
+) -> std::io::Result<Vec<Vec<u8>>> {
+    let qps = keys.len();
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     let mut heard = Vec::new();
-    let mut swap = |stream: &mut TcpStream, mine: &[u8], theirs: usize| -> std::io::Result<()> {
+    fn swap(stream: &mut TcpStream, heard: &mut Vec<Vec<u8>>, mine: &[u8], theirs: usize) -> std::io::Result<()> {
         stream.write_all(mine)?;
         let mut buffer = vec![0u8; theirs];
         stream.read_exact(&mut buffer)?;
         heard.push(buffer);
         Ok(())
-    };
-    swap(&mut stream, b"6.06\0\0\0\0\0\0\0\0\0\0\0\0", 16)?;
-    swap(&mut stream, &4096u32.to_be_bytes(), 4)?;
-    swap(&mut stream, &64u32.to_be_bytes(), 4)?;
-    swap(&mut stream, b"3\0", 2)?; // IBV_MTU_1024
+    }
+    swap(&mut stream, &mut heard, b"6.06\0\0\0\0\0\0\0\0\0\0\0\0", 16)?;
+    swap(&mut stream, &mut heard, &4096u32.to_be_bytes(), 4)?;
+    swap(&mut stream, &mut heard, &64u32.to_be_bytes(), 4)?;
+    swap(&mut stream, &mut heard, b"3\0", 2)?; // IBV_MTU_1024
     for _round in 0..2 {
-        for qp in 0..qps {
-            swap(&mut stream, &perftest_keys(0x100 + qp as u32), KEY_LEN_GID)?;
+        for key in &keys {
+            swap(&mut stream, &mut heard, key, KEY_LEN_GID)?;
         }
     }
-    swap(&mut stream, &perftest_keys(0x100), KEY_LEN_GID)?; // after RTR
-    swap(&mut stream, &perftest_keys(0x100), KEY_LEN_GID)?; // the test is over
+    swap(&mut stream, &mut heard, &keys[0], KEY_LEN_GID)?; // after RTR
+    let theirs: Vec<KeyMessage> = heard[4..4 + qps]
+        .iter()
+        .map(|k| KeyMessage::decode(k).unwrap())
+        .collect();
+    traffic(&theirs);
+    swap(&mut stream, &mut heard, &keys[0], KEY_LEN_GID)?; // the test is over
     for field in [
-        64u64.to_be_bytes(),
+        size.to_be_bytes(),
         report_iters.to_be_bytes(),
         100.0f64.to_bits().to_be_bytes(),
         100.0f64.to_bits().to_be_bytes(),
         1.5f64.to_bits().to_be_bytes(),
     ] {
-        swap(&mut stream, &field, 8)?;
+        swap(&mut stream, &mut heard, &field, 8)?;
     }
-    swap(&mut stream, &perftest_keys(0x100), KEY_LEN_GID)?; // ctx_close_connection
+    swap(&mut stream, &mut heard, &keys[0], KEY_LEN_GID)?; // ctx_close_connection
     stream.write_all(b"done\0")?;
     let mut done = [0u8; 5];
     stream.read_exact(&mut done)?;
@@ -331,4 +357,124 @@ fn the_command_line_refuses_what_perftest_has_no_program_for() {
         assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains("no perftest program"), "{args:?}: {stderr}");
     }
+}
+
+/// Serves an `ib_write_bw` of `iters` `size`-byte messages with `--verify` to a fake
+/// perftest client whose RDMA WRITEs are real but carry `written` bytes each (perftest
+/// writes `size`); returns the server's report.
+fn serve_writes(size: usize, iters: u64, written: u32) -> BenchReport {
+    use rnic_verbs::{
+        AccessFlags, AhAttributes, Context, DeviceAccess, Gid, Mtu, QpCapabilities, QpInitAttributes, QpType,
+        RcConnection, RdmaFields, SendFlags, SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
+    };
+    let fabric = EmbeddedFabric::new(FabricConfig::default());
+    let nic = fabric.add_nic([2, 0, 0, 0, 0, 0xa]);
+    let writer_nic = fabric.add_nic(FAKE_CLIENT_MAC);
+    let context = Context::open(Box::new(writer_nic.clone())).unwrap();
+    let pd = context.alloc_pd().unwrap();
+    // perftest's buffer holds rand() bytes; these are as unlike the sentinel.
+    let data: Vec<u8> = (0..65_536u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let mr = pd.register_user_memory(data, AccessFlags::LOCAL_WRITE).unwrap();
+    let cq = context.create_cq(256, None, 0).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttributes {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCapabilities {
+                max_send_wr: 64,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: QpType::Rc,
+            sq_sig_all: true,
+        })
+        .unwrap();
+    let keys = vec![perftest_keys(qp.qp_num())];
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            fake_write_bw_client_with(port, size as u64, iters, keys, |theirs| {
+                let server = theirs[0];
+                let dgid = Gid(server.gid.unwrap());
+                qp.connect_rc(&RcConnection {
+                    path_mtu: Mtu::from_bytes(1024).unwrap(),
+                    dest_qp_num: server.qpn,
+                    rq_psn: server.psn,
+                    sq_psn: FAKE_CLIENT_PSN,
+                    ah_attr: AhAttributes {
+                        dgid,
+                        dmac: dgid.link_local_mac().unwrap(),
+                        hop_limit: 64,
+                        ..AhAttributes::default()
+                    },
+                    max_dest_rd_atomic: 1,
+                    min_rnr_timer: 12,
+                    max_rd_atomic: 1,
+                    timeout: 14,
+                    retry_cnt: 7,
+                    rnr_retry: 7,
+                })
+                .unwrap();
+                for k in 0..iters {
+                    let offset = perftest::remote_offset(k, size as u64, 4096, 64);
+                    let sge = Sge::new(mr.addr() + offset, written, mr.lkey());
+                    qp.post_send(&[SendWorkRequest {
+                        wr_id: k,
+                        opcode: WrOpcode::RdmaWrite,
+                        sg_list: std::slice::from_ref(&sge),
+                        send_flags: SendFlags::SIGNALED,
+                        rdma: RdmaFields {
+                            remote_addr: server.vaddr + offset,
+                            rkey: server.rkey,
+                        },
+                        ..SendWorkRequest::default()
+                    }])
+                    .unwrap();
+                    let mut completion = [WorkCompletion::default()];
+                    while cq.poll(&mut completion).unwrap() == 0 {
+                        writer_nic.delay(1_000);
+                    }
+                    assert_eq!(completion[0].status, WcStatus::Success);
+                }
+            })
+        });
+        let (stream, _) = listener.accept().unwrap();
+        let mut exchange = Exchange::new(stream, false).unwrap();
+        let served = perftest::run_with_device(
+            &config(Test::WriteBw, size, iters, 1, true),
+            Box::new(nic),
+            None,
+            &mut exchange,
+        );
+        drop(exchange);
+        writer.join().unwrap().unwrap();
+        served.unwrap()
+    })
+}
+
+#[test]
+fn a_server_verifying_writes_that_landed_short_fails_them() {
+    // Every WRITE lands, at the right address, but with half its bytes: each slot differs
+    // from the sentinel, yet its second half was never written.
+    let report = serve_writes(64, 10, 32);
+    assert_eq!(report.messages_ok, 0, "{:?}", report.failures);
+    assert_eq!(report.messages_failed, 10);
+    assert_eq!(report.bytes_verified, 0);
+}
+
+#[test]
+fn a_server_verifying_whole_writes_counts_the_bytes_it_checked() {
+    // 100-byte WRITEs go 128 bytes apart (perftest's cache-line step): 5 of them place 500
+    // bytes, and that is what was checked, not the 4 KiB region around them.
+    let report = serve_writes(100, 5, 100);
+    assert_eq!(report.failures, Vec::<String>::new());
+    assert_eq!(report.messages_ok, 5);
+    assert_eq!(report.bytes_verified, 500);
+    assert_eq!(report.verdict(), Ok(()));
 }

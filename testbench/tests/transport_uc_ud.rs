@@ -318,6 +318,73 @@ fn qp1_receives_ud_with_the_gsi_qkey() {
 }
 
 #[test]
+fn qp1_uses_the_gsi_qkey_whatever_its_context_holds() {
+    const GSI_QKEY: u32 = rnic_firmware_if::context::GSI_QKEY;
+    // QP1's context holds Q_Key 0 (a driver that never set it): the device still
+    // receives with the GSI Q_Key and drops anything else.
+    let mut u = ud(false, 1, 0);
+    u.recv(0, 512);
+    u.recv(0x1000, 512);
+    let ma = u.ma;
+    let mut request = SendRequest::new(SqOpcode::Send, vec![ma.sge(0, 256)]);
+    request.ud = Some(u.destination(0));
+    u.send(request);
+    let mut request = SendRequest::new(SqOpcode::Send, vec![ma.sge(0, 256)]);
+    request.ud = Some(u.destination(0x0001_0000));
+    u.send(request);
+    u.pair.run();
+    let (sent, received) = u.cqes();
+    assert_eq!(sent.len(), 2);
+    assert!(received.is_empty(), "Q_Keys 0 and 0x10000 are not the GSI Q_Key");
+    let b = u.pair.b;
+    assert_eq!(u.pair.h(b).device.transport_counters().qkey_violations, 2);
+    // A sender naming the GSI Q_Key itself is accepted; so is one whose own QP is QP1
+    // (bit 31 set: "the QP's own", which for QP1 is always the GSI Q_Key).
+    let mut g = ud(false, 1, 0);
+    let a = g.pair.a;
+    let mut spec = g.qa.spec;
+    spec.qpn = 1;
+    spec.qkey = 0;
+    g.qa = g.pair.h(a).create_qp(&spec);
+    g.pair.sync();
+    g.pair.fabric.set_capture(true);
+    g.recv(0, 512);
+    let ma = g.ma;
+    let mut request = SendRequest::new(SqOpcode::Send, vec![ma.sge(0, 256)]);
+    request.ud = Some(g.destination(GSI_QKEY));
+    g.send(request);
+    g.pair.run();
+    let (sent, received) = g.cqes();
+    single(&sent, CqeStatus::Success);
+    let cqe = single(&received, CqeStatus::Success);
+    assert_eq!(cqe.local_qp_number(), 1);
+    assert_eq!(cqe.remote_qp_number(), 1);
+    assert_eq!(cqe.byte_count(), 40 + 256);
+    let capture = g.pair.fabric.take_capture();
+    let deth = wire::parse_frame(&capture[0].bytes).unwrap().repr.deth.unwrap();
+    assert_eq!((deth.qkey, deth.source_qp), (GSI_QKEY, 1));
+}
+
+#[test]
+fn qp0_does_not_exist_on_roce() {
+    let mut pair = Pair::new(false);
+    let a = pair.a;
+    let h = pair.h(a);
+    // The QPC table has an entry for QPN 0; the device refuses it all the same.
+    h.ensure_context(rnic_testbench::harness::Table::Qpc, 0);
+    h.device.take_diagnostics();
+    assert_eq!(
+        h.move_qp(0, rnic_firmware_if::context::QpState::Init),
+        rnic_firmware_if::mailbox::MailboxCompletion::InvalidIndex
+    );
+    let diagnostics = h.device.take_diagnostics();
+    assert!(
+        diagnostics.iter().any(|d| d.to_string().contains("no SMI QP")),
+        "{diagnostics:?}"
+    );
+}
+
+#[test]
 fn ud_inline_data_small_and_large() {
     let mut u = ud(false, 0x20, QKEY);
     for (i, size) in [5usize, 8, 100].into_iter().enumerate() {

@@ -2,17 +2,17 @@
 //! every RC opcode the transport sends (single- and multi-packet SEND and WRITE, with
 //! immediate and invalidate, READ requests and responses, both atomics and their
 //! acknowledgements, ACKs) and UD SENDs with a GRH, once over IPv4 and once over IPv6, is
-//! captured, written as a pcap, and checked by `../shared/oracles/check-roce-pcap`
-//! (tshark plus an ICRC checker). A frame the oracle rejects fails the test.
+//! captured, written as a pcap, and checked by the project's capture checker
+//! (`rnic-pcap-check`: every ICRC recomputed independently of the model, tshark's
+//! dissector with no malformed frame or error), and by `../shared/oracles/check-roce-pcap`
+//! too where it exists. A frame either rejects fails the test.
 //!
 //! tshark is required (`scripts/test` installs it); the test fails, it does not skip,
-//! when tshark or the oracle is missing.
-
-use std::path::PathBuf;
-use std::process::Command;
+//! when tshark is missing.
 
 use rnic_hw_model::fabric::{CapturedFrame, FabricConfig};
 use rnic_hw_model::wire;
+use rnic_pcap_check::{check_file, CheckOptions};
 use rnic_verbs::backend::{EmbeddedDevice, EmbeddedFabric};
 use rnic_verbs::driver::DriverConfig;
 use rnic_verbs::{
@@ -278,40 +278,17 @@ fn qa_ud_send(qp: &QueuePair, ah: &rnic_verbs::AddressHandle, remote: &QueuePair
     .unwrap();
 }
 
-fn oracle() -> PathBuf {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let candidates = [
-        std::env::var_os("ROCE_ORACLES_DIR").map(PathBuf::from),
-        Some(workspace.join("../shared/oracles")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .map(|dir| dir.join("check-roce-pcap"))
-        .find(|path| path.exists())
-        .expect("../shared/oracles/check-roce-pcap (or $ROCE_ORACLES_DIR)")
-}
-
-fn check_with_oracle(name: &str, frames: &[CapturedFrame], extra: &[&str]) {
+fn check_with_oracle(name: &str, frames: &[CapturedFrame], allow_zero_udp_checksum: bool) {
     let path = std::env::temp_dir().join(format!("rnic-{name}-{}.pcap", std::process::id()));
     rnic_testbench::pcap::write_pcap(&path, frames).unwrap();
-    let output = Command::new(oracle())
-        .args(extra)
-        .arg(&path)
-        .output()
-        .expect("run check-roce-pcap");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "check-roce-pcap rejected {name} ({}):\n{stdout}\n{stderr}\n(capture kept at {})",
-        output.status,
-        path.display()
-    );
-    assert!(
-        stdout.contains(&format!("{} RoCEv2 frames, all ICRC good", frames.len())),
-        "{stdout}"
-    );
+    let options = CheckOptions {
+        allow_zero_udp_checksum,
+        ..CheckOptions::default()
+    };
+    let report = check_file(&path, &options).unwrap_or_else(|error| panic!("{error}"));
+    eprintln!("{report}");
+    assert!(report.passed(), "{report}\n(capture kept at {})", path.display());
+    assert_eq!(report.roce_frames, frames.len() as u64, "{report}");
     std::fs::remove_file(&path).unwrap();
 }
 
@@ -365,7 +342,7 @@ fn a_mixed_run_over_ipv4_passes_the_tshark_icrc_oracle() {
         assert!(seen.contains(*name), "{name} missing from the run: {seen:?}");
     }
     assert!(frames.iter().all(|f| f.bytes[12..14] == [0x08, 0x00]), "IPv4 frames");
-    check_with_oracle("ipv4", &frames, &[]);
+    check_with_oracle("ipv4", &frames, false);
 }
 
 #[test]
@@ -377,6 +354,6 @@ fn a_mixed_run_over_ipv6_passes_the_tshark_icrc_oracle() {
     }
     assert!(frames.iter().all(|f| f.bytes[12..14] == [0x86, 0xDD]), "IPv6 frames");
     // Like rdma_rxe, the model sends UDP checksum 0 over IPv6 (the ICRC protects the
-    // payload); the oracle's flag accepts exactly that and nothing else.
-    check_with_oracle("ipv6", &frames, &["--allow-zero-udp-csum"]);
+    // payload); the checker's flag accepts exactly that and nothing else.
+    check_with_oracle("ipv6", &frames, true);
 }

@@ -21,6 +21,18 @@
 //! doorbells without taking the driver's control-path lock.
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+pub use rnic_os::ApplicationRange;
+
+/// Nanoseconds of the host's monotonic clock since the first call in this process.
+pub fn monotonic_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// Why a backend could not perform an access.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,6 +59,13 @@ pub enum AccessError {
         /// Length of the access in bytes.
         length: usize,
         /// The backend's explanation.
+        reason: String,
+    },
+    /// The backend cannot do this at all (`EOPNOTSUPP`): e.g. reach an application's
+    /// memory in place when the device runs in another process.
+    #[error("not supported by this device: {reason}")]
+    Unsupported {
+        /// What the backend cannot do, and what to use instead.
         reason: String,
     },
     /// The buffer or registration is not known to this backend (double free, foreign
@@ -203,6 +222,31 @@ pub trait DeviceAccess: Send + Sync {
     /// device wrote into them).
     fn unregister_user_memory(&self, memory: UserMemory) -> Vec<u8>;
 
+    /// Maps the application's own memory `range` for DMA **in place** (what `ibv_reg_mr`
+    /// does on hardware: the device reads and writes the application's bytes, and a
+    /// remote WRITE is visible in its buffer when the completion is) and returns the bus
+    /// address of every 4 KiB page that holds a byte of it, the first page being the one
+    /// that holds `range.address()`. The device reaches only the bytes of the range.
+    ///
+    /// # Errors
+    /// [`AccessError::Unsupported`] for a backend whose device cannot reach this
+    /// process's memory (the default); what mapping failed with otherwise.
+    fn register_application_memory(&self, range: Arc<ApplicationRange>) -> Result<UserMemory, AccessError> {
+        Err(AccessError::Unsupported {
+            reason: format!(
+                "this backend cannot reach application memory in place ({} bytes at {:#x})",
+                range.len(),
+                range.address()
+            ),
+        })
+    }
+
+    /// Unmaps a registration of [`DeviceAccess::register_application_memory`]; the device
+    /// no longer reaches those bytes.
+    fn unregister_application_memory(&self, memory: UserMemory) {
+        tracing::error!(?memory, "unregister of application memory this backend never mapped");
+    }
+
     /// Waits `nanoseconds` (the model: virtual time passes and due events run; real
     /// hardware: sleep or spin).
     fn delay(&self, nanoseconds: u64);
@@ -226,6 +270,14 @@ pub trait DeviceAccess: Send + Sync {
     /// programs it as source MAC 0 and derives the default GID from it.
     fn mac_address(&self) -> Option<[u8; 6]> {
         None
+    }
+
+    /// The time the device lives in, in nanoseconds from an arbitrary start: the model's
+    /// virtual time for the embedded backend, the host's monotonic clock for the others.
+    /// Timers above the driver (the connection manager's) read it, so runs on virtual time
+    /// stay reproducible.
+    fn now_ns(&self) -> u64 {
+        monotonic_ns()
     }
 
     /// Reads a 16-bit configuration register.

@@ -649,6 +649,7 @@ fn ud_send_reaches_the_destination_of_the_address_handle_with_a_grh() {
             imm_data: 0xFEED,
             src_qp: qa.qp_num(),
             wc_flags: WcFlags::WITH_IMM | WcFlags::GRH,
+            smac: MAC_A,
             ..received(0x600, WcOpcode::Recv, 40 + 300, &qb)
         }
     );
@@ -700,6 +701,7 @@ fn ud_send_reaches_the_destination_of_the_address_handle_with_a_grh() {
     let ud_received = |wr_id, length: u32| WorkCompletion {
         src_qp: qa.qp_num(),
         wc_flags: WcFlags::GRH,
+        smac: MAC_A,
         ..received(wr_id, WcOpcode::Recv, 40 + length, &qb)
     };
     assert_eq!(recvs, [ud_received(0x602, 5), ud_received(0x603, 100)]);

@@ -31,4 +31,7 @@ pub mod protocol;
 pub mod regions;
 pub mod server;
 
-pub use server::{Limits, Polling, Server, ServerHandle, ServerOptions, ServerStats, ServerThread};
+pub use server::{
+    Limits, Polling, Server, ServerHandle, ServerOptions, ServerStats, ServerThread, DIAGNOSTICS_PERIOD,
+    DIAGNOSTICS_POLICY,
+};

@@ -26,9 +26,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use rnic_diag::{KindCount, Limiter, Policy};
 use rnic_firmware_if::pci::{offset as pci_offset, COMMAND_MEMORY_SPACE};
 use rnic_firmware_if::regs;
 use rnic_hw_model::time::Picoseconds;
+use rnic_hw_model::transport::TransportCounters;
 use rnic_hw_model::{Counters, Device, DeviceConfig, HostMemory};
 
 use super::connection::{configure_client_socket, send_message, Message, MessageReader, ReadOutcome};
@@ -182,10 +184,34 @@ pub struct ServerStats {
     pub resets: u64,
     /// The device's counters.
     pub device: Counters,
+    /// The transport's counters (frames dropped, sequence errors, duplicates, ...).
+    pub transport: TransportCounters,
     /// The device's virtual time.
     pub virtual_time: Picoseconds,
     /// Total diagnostics the device recorded.
     pub diagnostics: u64,
+    /// Diagnostics by kind, the device's and the server's own (malformed client
+    /// messages): counted always, logged only as far as [`DIAGNOSTICS_POLICY`] allows.
+    pub diagnostic_counts: Vec<KindCount>,
+}
+
+/// How much of the diagnostics under `rnic::diag` the server logs, the device's included:
+/// the first 10 of each kind in full, the 10th followed by a note, then one line per
+/// [`DIAGNOSTICS_PERIOD`] with the totals of the kinds that had more, and a summary line
+/// when the server stops. So a flood of hostile frames or client messages adds at most
+/// 11 lines per kind and one line per period (docs/guides/emulator.md, "Diagnostics").
+pub const DIAGNOSTICS_POLICY: Policy = Policy::timed(DIAGNOSTICS_PERIOD.as_nanos() as u64);
+
+/// The period of the diagnostics totals lines.
+pub const DIAGNOSTICS_PERIOD: Duration = Duration::from_secs(10);
+
+/// Diagnostics of the server itself (the device's are the model's `Source` and field).
+mod diag_kind {
+    use rnic_diag::Kind;
+    /// A request the server refused (error reply or suppressed).
+    pub const COMMAND_FAILED: Kind = Kind::new("vfio-user", "command failed");
+    /// A reply from the client, which never gets requests.
+    pub const UNEXPECTED_REPLY: Kind = Kind::new("vfio-user", "unexpected reply");
 }
 
 /// A handle to a running server: stop it, read its statistics.
@@ -329,6 +355,12 @@ pub struct Server {
     addresses: Vec<std::net::IpAddr>,
     /// Wall-clock time of virtual time 0, for capture timestamps.
     start_unix: Duration,
+    /// The server's own diagnostics (the device keeps its own).
+    diag: Limiter,
+    /// Origin of the time given to the limiters.
+    started: Instant,
+    /// Diagnostics counted at the last [`Server::publish_stats`].
+    published_diagnostics: u64,
 }
 
 impl std::fmt::Debug for Server {
@@ -342,7 +374,9 @@ impl std::fmt::Debug for Server {
 
 fn build_device(config: &DeviceConfig, dma: &Arc<DmaSpace>, msix: &SharedMsix) -> Device {
     let memory: Arc<dyn HostMemory> = dma.clone();
-    Device::new(config.clone(), memory, Box::new(EventfdSink::new(msix.clone())))
+    let mut device = Device::new(config.clone(), memory, Box::new(EventfdSink::new(msix.clone())));
+    device.diagnostics_mut().set_policy(DIAGNOSTICS_POLICY);
+    device
 }
 
 /// Removes a socket file left behind by a server that is gone; refuses to touch a live
@@ -426,6 +460,9 @@ impl Server {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default(),
             options,
+            diag: Limiter::new(DIAGNOSTICS_POLICY),
+            started: Instant::now(),
+            published_diagnostics: u64::MAX,
         })
     }
 
@@ -479,6 +516,7 @@ impl Server {
             pcap.flush()?;
         }
         self.publish_stats();
+        self.diagnostics_summary().log_summary();
         tracing::info!(target: "rnic_emu::vfio_user", "vfio-user server stopped");
         result
     }
@@ -561,6 +599,9 @@ impl Server {
             activity |= self.receive_network()?;
             activity |= self.clock.sync(&mut self.device);
             self.drain_transmit()?;
+            let now = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.device.diagnostics_mut().tick(now);
+            self.diag.tick(now);
             if activity {
                 self.governor.activity(Instant::now());
             }
@@ -664,7 +705,12 @@ impl Server {
         let header = message.header;
         if header.message_type() == header_flags::TYPE_REPLY {
             // This server never sends requests, so no reply can be expected.
-            tracing::warn!(target: "rnic_emu::vfio_user", id = header.id, "unexpected reply from the client ignored");
+            rnic_diag::warn!(
+                self.diag,
+                diag_kind::UNEXPECTED_REPLY,
+                id = header.id,
+                "unexpected reply from the client ignored"
+            );
             self.stats.errors += 1;
             return Ok(());
         }
@@ -686,8 +732,9 @@ impl Server {
             }
             Err(errno) => {
                 self.stats.errors += 1;
-                tracing::warn!(
-                    target: "rnic_emu::vfio_user",
+                rnic_diag::warn!(
+                    self.diag,
+                    diag_kind::COMMAND_FAILED,
                     client = client.number,
                     id = header.id,
                     command = header.command,
@@ -1040,7 +1087,11 @@ impl Server {
         // A full function reset: the device in its power-on state, configuration space
         // included. The client's DMA maps and eventfds stay (they are the client's, not
         // the device's); the model's vector masks follow them once decoding is back on.
+        // The counters (and the kinds already quiet) survive: a client resetting in a loop
+        // must not restart the log's allowance.
+        let limiter = self.device.diagnostics_mut().replace_limiter(Limiter::default());
         self.device = build_device(&self.options.device, &self.dma, &self.msix);
+        self.device.diagnostics_mut().replace_limiter(limiter);
         self.clock.rebase(self.device.now());
         self.doorbells.clear();
         self.mask_sync_pending = true;
@@ -1140,6 +1191,13 @@ impl Server {
         Ok(received > 0)
     }
 
+    /// The device's diagnostics counters and the server's together.
+    fn diagnostics_summary(&self) -> Limiter {
+        let mut all = self.device.diagnostics().limiter().clone();
+        all.absorb(&self.diag);
+        all
+    }
+
     fn publish_stats(&mut self) {
         self.stats.connected = self.client.is_some();
         self.stats.dma_maps = self.dma.len();
@@ -1150,9 +1208,15 @@ impl Server {
             self.stats.interrupts_dropped = msix.dropped;
         }
         self.stats.device = self.device.counters();
+        self.stats.transport = self.device.transport_counters();
         self.stats.net = self.net.stats();
         self.stats.virtual_time = self.device.now();
         self.stats.diagnostics = self.device.diagnostics().total();
+        let counted = self.stats.diagnostics + self.diag.total();
+        if counted != self.published_diagnostics {
+            self.published_diagnostics = counted;
+            self.stats.diagnostic_counts = self.diagnostics_summary().counts().to_vec();
+        }
         *self.shared_stats.lock().unwrap_or_else(|e| e.into_inner()) = self.stats.clone();
     }
 }

@@ -1,9 +1,10 @@
 //! Network namespaces for the tests that need them: `ip` (iproute2), a guard for two
 //! namespaces joined by a veth pair, the root/`ip` check (RNIC_SKIP_NETNS=1 skips), and
-//! the pcap oracle `../shared/oracles/check-roce-pcap`.
+//! the capture check (`rnic-pcap-check`, with `../shared/oracles/check-roce-pcap` as a
+//! second opinion where it exists).
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::Command;
 
 /// Runs `ip ARGS`, panicking with its stderr on failure; returns its stdout.
@@ -95,21 +96,12 @@ pub fn is_root() -> bool {
     })
 }
 
-/// `../shared/oracles/check-roce-pcap` (or `$ROCE_ORACLES_DIR/check-roce-pcap`), if present.
-pub fn find_oracle() -> Option<PathBuf> {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let candidates = [
-        std::env::var_os("ROCE_ORACLES_DIR").map(PathBuf::from),
-        Some(workspace.join("../shared/oracles")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .map(|dir| dir.join("check-roce-pcap"))
-        .find(|path| path.exists())
-}
-
-/// [`find_oracle`], which must succeed.
-pub fn oracle() -> PathBuf {
-    find_oracle().expect("../shared/oracles/check-roce-pcap (or $ROCE_ORACLES_DIR)")
+/// Checks the capture at `pcap` with the project's checker (and the shared oracle where
+/// it exists), panicking with its report unless it passed; returns the RoCEv2 frame count.
+pub fn check_capture(pcap: &Path) -> u64 {
+    let report = rnic_pcap_check::check_file(pcap, &rnic_pcap_check::CheckOptions::default())
+        .unwrap_or_else(|error| panic!("cannot check {}: {error}", pcap.display()));
+    eprintln!("{report}");
+    assert!(report.passed(), "{report}\n(capture kept at {})", pcap.display());
+    report.roce_frames
 }

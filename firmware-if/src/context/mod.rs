@@ -33,6 +33,20 @@ pub use mpt::Mpt;
 pub use qpc::Qpc;
 pub use srqc::Srqc;
 
+/// QP0, the subnet management QP of InfiniBand. RoCE has no subnet manager: the device
+/// refuses MODIFY_QPC of QPN 0 (as rdma_rxe drops packets for it).
+pub const SMI_QPN: u32 = 0;
+/// QP1, the port's general services interface (GSI) QP: UD, carries the MADs of the
+/// communication manager. The driver creates it like any QP, by MODIFY_QPC of QPN 1 with
+/// `TST` UD (hns: the GSI QP takes QPN 1 of the reserved range).
+pub const GSI_QPN: u32 = 1;
+/// The well-known Q_Key of QP1. The device sends and receives on QP1 with this Q_Key
+/// whatever the QPC's `QKEY_XRCD` holds, and drops a packet to QPN 1 carrying another.
+pub const GSI_QKEY: u32 = 0x8001_0000;
+/// Bytes in front of the payload of every UD receive: the 40-byte GRH slot, holding the
+/// IPv6 header, or 20 zero bytes followed by the IPv4 header (IBA, rdma_rxe).
+pub const UD_GRH_LENGTH: usize = 40;
+
 /// Size of a QP context in bytes (hns `HNS_ROCE_V2_QPC_SZ`).
 pub const QPC_SIZE: usize = 256;
 /// Size of a CQ context in bytes.

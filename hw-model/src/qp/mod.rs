@@ -8,16 +8,16 @@
 pub mod state;
 
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::{Mtu, QpState, Qpc, ServiceType};
+use rnic_firmware_if::context::{Mtu, QpState, Qpc, ServiceType, GSI_QPN, SMI_QPN};
 use rnic_firmware_if::cqe::{Cqe, CqeStatus, RecvOpcode};
 use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::mtr::{page_shift_from_field, MtrRegion, QpBufferLayout};
 use rnic_firmware_if::wqe::SQ_WQE_SIZE;
 
+use crate::command::Rejection;
 use crate::device::Device;
 use crate::diagnostics::Source;
-use crate::firmware::Rejection;
 use crate::mtt::{Mtr, MttError};
 
 /// Which work queue of a QP.
@@ -27,7 +27,7 @@ pub(crate) enum WorkQueue {
     Receive,
 }
 
-pub(crate) use crate::firmware::merge_under_mask;
+pub(crate) use crate::command::merge_under_mask;
 
 fn log2_floor(value: u32) -> u32 {
     31 - value.max(1).leading_zeros()
@@ -100,6 +100,15 @@ impl Device {
     /// MODIFY_QPC (mailbox 0x41): the only way a QP is created, moved and torn down.
     pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
         self.qp_limit_checks(qpn)?;
+        if qpn == SMI_QPN {
+            // RoCE has no subnet manager and so no QP0 (rdma_rxe drops packets for it).
+            return Err(Rejection {
+                status: rnic_firmware_if::mailbox::MailboxCompletion::InvalidIndex,
+                field: "tag",
+                value: u64::from(qpn),
+                expected: "a QPN other than 0: RoCE has no SMI QP".into(),
+            });
+        }
         let (current, address) = self.read_context::<Qpc>(ContextTable::Qpc, qpn)?;
         let from = current.qp_state().map_err(|_| {
             Rejection::state(
@@ -224,11 +233,11 @@ impl Device {
                 "the number of a valid (created) SRQ",
             ));
         }
-        if qpn < 2 && service != ServiceType::Ud {
+        if qpn == GSI_QPN && service != ServiceType::Ud {
             return Err(Rejection::parameter(
                 "TST",
                 u8::from(service) as u64,
-                format!("UD for the special QP {qpn}"),
+                format!("UD (3) for the GSI QP {GSI_QPN}"),
             ));
         }
         Ok(())

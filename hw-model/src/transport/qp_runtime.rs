@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use rnic_firmware_if::context::{QpState, Qpc, ServiceType};
+use rnic_firmware_if::context::{QpState, Qpc, ServiceType, GSI_QKEY, GSI_QPN};
 
 use crate::qp::QpBuffer;
 use crate::time::Picoseconds;
@@ -160,7 +160,9 @@ impl QpConfig {
             remote_read: qpc.remote_read_enable(),
             remote_write: qpc.remote_write_enable(),
             remote_atomic: qpc.remote_atomic_enable(),
-            qkey: qpc.qkey_xrcd(),
+            // QP1 always uses the GSI Q_Key (IBA; rdma_rxe does the same), so a GSI QP
+            // whose driver left QKEY_XRCD empty still talks to every CM on the wire.
+            qkey: if qpn == GSI_QPN { GSI_QKEY } else { qpc.qkey_xrcd() },
             buffer: QpBuffer::from_context(qpc).ok(),
             sge_slots: if qpc.sge_shift() == 0 {
                 0

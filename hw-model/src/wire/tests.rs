@@ -1073,23 +1073,8 @@ fn gid_mapping() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The external oracle: tshark + roce_icrc.lua (shared/oracles/check-roce-pcap).
-
-/// Where `check-roce-pcap` lives: `$ROCE_ORACLES_DIR`, or `shared/oracles` beside the
-/// workspace (as laid out for developers and CI), or `/work/shared/oracles`.
-fn oracle_script() -> Option<std::path::PathBuf> {
-    let mut candidates = Vec::new();
-    if let Some(dir) = std::env::var_os("ROCE_ORACLES_DIR") {
-        candidates.push(std::path::PathBuf::from(dir));
-    }
-    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    candidates.push(manifest.join("../../shared/oracles"));
-    candidates.push(std::path::PathBuf::from("/work/shared/oracles"));
-    candidates
-        .into_iter()
-        .map(|d| d.join("check-roce-pcap"))
-        .find(|p| p.is_file())
-}
+// The external checker: rnic-pcap-check (an ICRC written apart from this module, tshark's
+// dissector), with shared/oracles/check-roce-pcap as a second opinion where it exists.
 
 /// A classic pcap (Ethernet link type) of `frames` — the 24-byte global header and a
 /// 16-byte record header per frame, written by hand.
@@ -1224,18 +1209,13 @@ fn compare_with_tshark_fields(pcap: &std::path::Path, frames: &[Vec<u8>]) {
     }
 }
 
-fn run_oracle(script: &std::path::Path, pcap: &std::path::Path, extra: &[&str]) -> (i32, String) {
-    let output = std::process::Command::new(script)
-        .args(extra)
-        .arg(pcap)
-        .output()
-        .expect("run check-roce-pcap");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.code().unwrap_or(-1), text)
+/// The project's capture checker on `pcap` (and the shared oracle where it exists).
+fn run_oracle(pcap: &std::path::Path, allow_zero_udp_checksum: bool) -> rnic_pcap_check::Report {
+    let options = rnic_pcap_check::CheckOptions {
+        allow_zero_udp_checksum,
+        ..rnic_pcap_check::CheckOptions::default()
+    };
+    rnic_pcap_check::check_file(pcap, &options).unwrap_or_else(|error| panic!("{error}"))
 }
 
 #[test]
@@ -1245,7 +1225,6 @@ fn emitted_frames_pass_the_tshark_icrc_oracle() {
         std::process::Command::new("tshark").arg("-v").output().is_ok(),
         "tshark is required (Debian package tshark; scripts/test installs it)"
     );
-    let script = oracle_script().expect("../shared/oracles/check-roce-pcap (or set ROCE_ORACLES_DIR)");
     let dir = std::env::temp_dir().join(format!("rnic-wire-oracle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
 
@@ -1291,13 +1270,10 @@ fn emitted_frames_pass_the_tshark_icrc_oracle() {
     println!("oracle pcaps in {}", dir.display());
     let v4_path = dir.join("emitted-ipv4.pcap");
     write_pcap(&v4_path, &v4);
-    let (code, text) = run_oracle(&script, &v4_path, &[]);
-    println!("check-roce-pcap (IPv4, {} frames): exit {code}\n{text}", v4.len());
-    assert_eq!(code, 0, "{text}");
-    assert!(
-        text.contains(&format!("{} RoCEv2 frames, all ICRC good", v4.len())),
-        "{text}"
-    );
+    let report = run_oracle(&v4_path, false);
+    println!("IPv4, {} frames: {report}", v4.len());
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.roce_frames, v4.len() as u64, "{report}");
 
     // tshark's own decoder reads every field as parse_frame does.
     compare_with_tshark_fields(&v4_path, &v4);
@@ -1305,12 +1281,10 @@ fn emitted_frames_pass_the_tshark_icrc_oracle() {
     // IPv6 with UDP checksum 0 (as rxe sends): tshark flags the zero checksum itself.
     let v6_path = dir.join("emitted-ipv6.pcap");
     write_pcap(&v6_path, &v6);
-    let (code, text) = run_oracle(&script, &v6_path, &["--allow-zero-udp-csum"]);
-    println!(
-        "check-roce-pcap --allow-zero-udp-csum (IPv6, {} frames): exit {code}\n{text}",
-        v6.len()
-    );
-    assert_eq!(code, 0, "{text}");
+    let report = run_oracle(&v6_path, true);
+    println!("IPv6, {} frames, zero UDP checksums allowed: {report}", v6.len());
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.roce_frames, v6.len() as u64, "{report}");
 
     // Negative control: the oracle does catch a frame whose ICRC we break.
     let mut broken = v4[0].clone();
@@ -1318,8 +1292,16 @@ fn emitted_frames_pass_the_tshark_icrc_oracle() {
     broken[n - 1] ^= 0x01;
     let bad_path = dir.join("broken.pcap");
     write_pcap(&bad_path, &[broken]);
-    let (code, text) = run_oracle(&script, &bad_path, &[]);
-    assert_eq!(code, 1, "the oracle accepted a broken ICRC: {text}");
+    let report = run_oracle(&bad_path, false);
+    assert!(!report.passed(), "the checker accepted a broken ICRC: {report}");
+    assert!(report.problems.iter().any(|p| p.what.contains("bad ICRC")), "{report}");
+    if let Some(shared) = &report.shared {
+        assert!(
+            !shared.passed,
+            "the shared oracle accepted a broken ICRC: {}",
+            shared.output
+        );
+    }
     // KEEP_ORACLE_DIR=1 keeps the pcaps (in the temp dir printed above) for a look in Wireshark.
     if std::env::var_os("KEEP_ORACLE_DIR").is_none() {
         std::fs::remove_dir_all(&dir).ok();

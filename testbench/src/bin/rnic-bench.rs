@@ -317,7 +317,7 @@ fn role(arguments: &Arguments) -> remote::Role {
 
 /// Prints a run's outcome (its text, which lists the failures; with `table` the
 /// perftest-shaped table and `--breakdown`; `--json`) and turns it into the exit code:
-/// success only when every message was ok.
+/// success only when every message asked for moved and was ok ([`BenchReport::verdict`]).
 fn finish(arguments: &Arguments, outcome: Result<BenchReport, impl std::fmt::Display>, table: bool) -> ExitCode {
     let report = match outcome {
         Ok(report) => report,
@@ -336,10 +336,12 @@ fn finish(arguments: &Arguments, outcome: Result<BenchReport, impl std::fmt::Dis
     if arguments.json {
         println!("{}", report.to_json());
     }
-    if report.messages_failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    match report.verdict() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("rnic-bench: {why}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -436,7 +438,10 @@ fn sweep_main(arguments: &Arguments, base: BenchConfig) -> ExitCode {
                 for failure in &report.failures {
                     println!("failure: {failure}");
                 }
-                failed |= report.messages_failed != 0;
+                if let Err(why) = report.verdict() {
+                    println!("failure: {why}");
+                    failed = true;
+                }
                 if arguments.json {
                     json.push(report.to_json());
                 }

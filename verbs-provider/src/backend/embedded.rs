@@ -268,6 +268,21 @@ impl EmbeddedFabric {
     pub fn nics(&self) -> usize {
         lock(&self.fabric).devices()
     }
+
+    /// The MAC of the NIC whose GID table holds `gid`: neighbour resolution on the
+    /// in-process wire (what ARP or ND finds on an Ethernet), for the connection manager.
+    pub fn neighbour_mac(&self, gid: &[u8; 16]) -> Option<[u8; 6]> {
+        let fabric = lock(&self.fabric);
+        (0..fabric.devices()).map(DeviceId).find_map(|id| {
+            let device = fabric.device(id);
+            device
+                .gid_table()
+                .iter()
+                .flatten()
+                .any(|entry| entry.gid == *gid)
+                .then(|| device.config().mac_address)
+        })
+    }
 }
 
 struct Shared {
@@ -575,5 +590,10 @@ impl DeviceAccess for EmbeddedDevice {
 
     fn mac_address(&self) -> Option<[u8; 6]> {
         Some(self.shared.config.device.mac_address)
+    }
+
+    /// The fabric's virtual time.
+    fn now_ns(&self) -> u64 {
+        self.now().0 / 1000
     }
 }

@@ -284,6 +284,8 @@ pub(crate) struct ContextState {
     pub(crate) async_events: VecDeque<AsyncEvent>,
     pub(crate) cq_routes: HashMap<u32, CqRoute>,
     pub(crate) address_handles: u32,
+    /// QP1 exists (it is numbered outside the allocator, below the reserved QPNs).
+    pub(crate) gsi_qp_in_use: bool,
 }
 
 impl ContextState {
@@ -448,6 +450,7 @@ impl Context {
                     async_events: VecDeque::new(),
                     cq_routes: HashMap::new(),
                     address_handles: 0,
+                    gsi_qp_in_use: false,
                 }),
                 qps: RwLock::new(HashMap::new()),
                 mrs: RwLock::new(HashMap::new()),
@@ -456,6 +459,23 @@ impl Context {
                 completion_vectors,
             }),
         })
+    }
+
+    /// Whether `other` is a handle of this same open device.
+    pub fn is_same(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The device's clock in nanoseconds ([`DeviceAccess::now_ns`]): virtual time for an
+    /// embedded NIC.
+    pub fn now_ns(&self) -> u64 {
+        self.inner.access.now_ns()
+    }
+
+    /// Waits up to `timeout_ns` (device time) for any MSI-X message of the device;
+    /// returns at once when the model has nothing pending that could raise one.
+    pub fn wait_interrupt(&self, timeout_ns: u64) {
+        let _ = self.inner.access.wait_interrupt(timeout_ns);
     }
 
     /// `ibv_query_device`.
@@ -556,6 +576,13 @@ impl Context {
         state.async_events.pop_front()
     }
 
+    /// Consumes every pending event-queue entry: completion events go to their CQ's
+    /// channel (and its notifier), asynchronous events to the queue
+    /// [`Context::get_async_event`] reads. What an interrupt handler calls.
+    pub fn process_events(&self) {
+        self.inner.lock().process_events();
+    }
+
     /// Waits up to `timeout_ns` (device time) for an asynchronous event. The wait is
     /// cut into slices of at most 10 ms, each ended early by any interrupt, so the total
     /// wait never exceeds the timeout.
@@ -592,7 +619,7 @@ impl Context {
             protection_domains: a.pds.in_use(),
             memory_regions: a.mrs.in_use(),
             completion_queues: a.cqs.in_use(),
-            queue_pairs: a.qps.in_use(),
+            queue_pairs: a.qps.in_use() + u32::from(state.gsi_qp_in_use),
             shared_receive_queues: a.srqs.in_use(),
             address_handles: state.address_handles,
         }

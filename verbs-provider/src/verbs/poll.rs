@@ -224,6 +224,7 @@ fn complete(qp: &QpInner, cqe: &Cqe, wc: &mut WorkCompletion) {
     let mut imm_data = 0;
     let mut invalidated_rkey = 0;
     let mut src_qp = 0;
+    let mut smac = [0u8; 6];
     let mut sl = 0;
     let wqe_index = u32::from(cqe.wqe_index());
     let wr_id;
@@ -318,6 +319,7 @@ fn complete(qp: &QpInner, cqe: &Cqe, wc: &mut WorkCompletion) {
         }
         if qp.qp_type == QpType::Ud {
             src_qp = cqe.remote_qp_number();
+            smac = cqe.source_mac_bytes();
             if cqe.grh_present() {
                 flags |= WcFlags::GRH;
             }
@@ -338,6 +340,7 @@ fn complete(qp: &QpInner, cqe: &Cqe, wc: &mut WorkCompletion) {
         slid: 0,
         sl,
         dlid_path_bits: 0,
+        smac,
     };
 }
 

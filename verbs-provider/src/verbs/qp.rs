@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_firmware_if::bits::{Field, Layout};
-use rnic_firmware_if::context::{Mtu, QpState as HardwareQpState, Qpc, ServiceType, QPC_SIZE};
+use rnic_firmware_if::context::{Mtu, QpState as HardwareQpState, Qpc, ServiceType, GSI_QKEY, GSI_QPN, QPC_SIZE};
 use rnic_firmware_if::doorbell::{Doorbell, DB_OFFSET};
 use rnic_firmware_if::mailbox::{ContextTable, MailboxOpcode};
 use rnic_firmware_if::mtr::{MtrRegion, QpBufferLayout, MIN_PAGE_SHIFT};
@@ -523,7 +523,11 @@ impl QpInner {
             if let Err(e) = locked.driver.context_put(ContextTable::Qpc, self.qpn) {
                 result = result.and(Err(VerbsError::context_table("release QPC entry")(e)));
             }
-            locked.allocators.qps.free(self.qpn);
+            if self.qpn == GSI_QPN {
+                locked.gsi_qp_in_use = false;
+            } else {
+                locked.allocators.qps.free(self.qpn);
+            }
         }
         if let Some(buffers) = lock(&self.buffers).take() {
             let access: &dyn DeviceAccess = &*context.access;
@@ -729,6 +733,29 @@ impl ProtectionDomain {
     /// [`VerbsError::InvalidArgument`] for capabilities beyond the device or objects of
     /// another context; [`VerbsError::OutOfResources`]; context-table failures.
     pub fn create_qp(&self, attributes: &QpInitAttributes<'_>) -> Result<QueuePair> {
+        self.create_qp_numbered(attributes, false)
+    }
+
+    /// Creates the port's GSI QP, QP1 (the kernel's `IB_QPT_GSI`): a UD QP with the
+    /// special number, which the communication manager sends and receives its MADs on.
+    /// The device gives it the GSI Q_Key 0x80010000 whatever the QPC holds; this driver
+    /// writes that Q_Key too when the QP leaves RESET (with [`QpAttributeMask::QKEY`] or
+    /// without). One per context.
+    ///
+    /// # Errors
+    /// [`VerbsError::InvalidArgument`] unless `qp_type` is UD or with an SRQ;
+    /// [`VerbsError::Busy`] if QP1 exists already; otherwise as
+    /// [`ProtectionDomain::create_qp`].
+    pub fn create_gsi_qp(&self, attributes: &QpInitAttributes<'_>) -> Result<QueuePair> {
+        if attributes.qp_type != QpType::Ud || attributes.srq.is_some() {
+            return Err(VerbsError::InvalidArgument(
+                "the GSI QP is a UD QP with its own receive queue".into(),
+            ));
+        }
+        self.create_qp_numbered(attributes, true)
+    }
+
+    fn create_qp_numbered(&self, attributes: &QpInitAttributes<'_>, gsi: bool) -> Result<QueuePair> {
         let context = &self.inner.context;
         for cq in [attributes.send_cq, attributes.recv_cq] {
             if !Arc::ptr_eq(&cq.inner.context, context) {
@@ -774,14 +801,30 @@ impl ProtectionDomain {
         };
 
         let mut state = context.lock();
-        let Some(qpn) = state.allocators.qps.allocate() else {
+        let number = if gsi {
+            (!state.gsi_qp_in_use).then(|| {
+                state.gsi_qp_in_use = true;
+                GSI_QPN
+            })
+        } else {
+            state.allocators.qps.allocate()
+        };
+        let Some(qpn) = number else {
             drop(state);
             mtr.release(device);
             buffer.release(device);
-            return Err(VerbsError::OutOfResources("no free QP number".into()));
+            return Err(if gsi {
+                VerbsError::Busy("the GSI QP (QP1) exists already".into())
+            } else {
+                VerbsError::OutOfResources("no free QP number".into())
+            });
         };
         if let Err(e) = state.driver.context_get(ContextTable::Qpc, qpn) {
-            state.allocators.qps.free(qpn);
+            if gsi {
+                state.gsi_qp_in_use = false;
+            } else {
+                state.allocators.qps.free(qpn);
+            }
             drop(state);
             mtr.release(device);
             buffer.release(device);
@@ -1155,7 +1198,13 @@ impl QpInner {
         let mut modify = QpcModify::new(current == QpState::Reset && new == QpState::Init);
         modify.set(Qpc::QP_ST, HardwareQpState::from(new) as u64);
         match (current, new) {
-            (QpState::Reset, QpState::Init) => self.reset_to_init(&mut modify),
+            (QpState::Reset, QpState::Init) => {
+                self.reset_to_init(&mut modify);
+                if inner.qpn == GSI_QPN {
+                    modify.set(Qpc::QKEY_XRCD, u64::from(GSI_QKEY));
+                    soft.qkey = GSI_QKEY;
+                }
+            }
             (QpState::Init, QpState::Init) => self.init_fields(&mut modify),
             (QpState::Init, QpState::Rtr) => self.init_to_rtr(&mut modify, attr, mask),
             (QpState::Rtr, QpState::Rts) => self.rtr_to_rts(&mut modify),
@@ -1461,8 +1510,10 @@ impl QpInner {
             m.set(Qpc::MIN_RNR_TIME, u64::from(attr.min_rnr_timer));
         }
         if mask.contains(QpAttributeMask::QKEY) {
-            m.set(Qpc::QKEY_XRCD, u64::from(attr.qkey));
-            soft.qkey = attr.qkey;
+            // QP1 keeps the GSI Q_Key (the device ignores anything else for it).
+            let qkey = if inner.qpn == GSI_QPN { GSI_QKEY } else { attr.qkey };
+            m.set(Qpc::QKEY_XRCD, u64::from(qkey));
+            soft.qkey = qkey;
         }
         if mask.contains(QpAttributeMask::PKEY_INDEX) {
             soft.pkey_index = attr.pkey_index;

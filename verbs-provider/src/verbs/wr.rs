@@ -25,7 +25,10 @@ use super::error::{EFAULT, EINVAL, ENOMEM};
 use super::qp::{QpState, QpType};
 
 /// `ibv_sge`: one local buffer, `length` bytes at `addr` in the memory region of `lkey`.
+/// Laid out as the C `struct ibv_sge`, so a C ABI layer can hand an application's SGE
+/// array over as it is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
 pub struct Sge {
     /// Address (an iova of the region of `lkey`).
     pub addr: u64,
@@ -427,4 +430,8 @@ pub struct WorkCompletion {
     pub sl: u8,
     /// DLID path bits (0 on RoCE).
     pub dlid_path_bits: u8,
+    /// Source MAC of a UD receive (the CQE's `SMAC`, as hns reports it to the kernel's
+    /// `ib_wc.smac`); all zero otherwise. Not in `ibv_wc`: the connection manager answers
+    /// a MAD through it without resolving the sender's address.
+    pub smac: [u8; 6],
 }

@@ -1,0 +1,157 @@
+//! One NVMe queue on the host: an RC QP and its CQ, a command capsule slot and a
+//! response receive per queue entry. The data buffers a command points at live in a
+//! [`BufferPool`] the host keeps across reconnects.
+//!
+//! A command identifier is its slot in the low bits and a generation in the high bits,
+//! so a response naming a slot's previous command (a duplicate, a target bug, a hostile
+//! target) is recognised and ignored.
+
+use rnic_verbs::{
+    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCapabilities, QpInitAttributes, QpType,
+    QueuePair, RecvWorkRequest, SendFlags, SendWorkRequest, WorkCompletion,
+};
+
+use crate::nvmeof::wire::command::Command;
+use crate::nvmeof::wire::cqe::{CqeRepr, CQE_LEN};
+use crate::nvmeof::wire::sqe::SQE_LEN;
+use crate::rdma::{Connection, DataBuffer, SlotRegion};
+
+/// Slot bits of a command identifier (queues of up to 1024 entries).
+pub(crate) const CID_SLOT_BITS: u32 = 10;
+
+/// What a work request was for: bit 63 set for receives, the slot below.
+pub(crate) fn send_wr_id(slot: usize) -> u64 {
+    slot as u64
+}
+
+pub(crate) fn receive_wr_id(slot: usize) -> u64 {
+    1 << 63 | slot as u64
+}
+
+/// Where a command's data is on the host.
+#[derive(Debug)]
+pub(crate) enum HostBuffer {
+    /// No data.
+    None,
+    /// In the queue's pool.
+    Pool(DataBuffer),
+    /// In a region registered for this command alone, invalidated by the target's
+    /// response; the pool buffer receives or supplies the bytes.
+    Invalidating { pool: DataBuffer, mr: MemoryRegion },
+}
+
+/// A command waiting for its response and its send completion.
+#[derive(Debug)]
+pub(crate) struct Outstanding {
+    pub cid: u16,
+    pub command: Command,
+    pub buffer: HostBuffer,
+    /// Who asked: the caller's tag, or an internal purpose.
+    pub owner: Owner,
+    pub submitted_ns: u64,
+    pub response: Option<CqeRepr>,
+    pub send_done: bool,
+    /// The rkey the response must invalidate, if the command asked for it.
+    pub expect_invalidate: Option<u32>,
+    pub invalidated: Option<u32>,
+}
+
+/// Who waits for a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// A caller of the I/O interface, with its tag.
+    Io(u64),
+    /// A blocking admin call.
+    Blocking,
+    /// The host's own Keep Alive.
+    KeepAlive,
+    /// The host's own Asynchronous Event Request.
+    AsyncEvent,
+    /// A raw capsule of a test.
+    Raw,
+}
+
+/// The RDMA part of a host queue (rebuilt on reconnect).
+pub(crate) struct HostQueue {
+    // Drop order: QP, CQ, then memory.
+    pub qp: QueuePair,
+    pub cq: CompletionQueue,
+    pub connection: Box<dyn Connection>,
+    pub commands: SlotRegion,
+    pub responses: SlotRegion,
+    pub entries: u16,
+    pub slots: Vec<Option<Outstanding>>,
+    pub generations: Vec<u16>,
+    pub free: Vec<usize>,
+    pub completions: Vec<WorkCompletion>,
+}
+
+impl HostQueue {
+    /// Creates the QP (RESET), CQ and capsule memory of a queue of `entries` commands
+    /// with `in_capsule` bytes of data per capsule.
+    pub fn create(
+        context: &Context,
+        pd: &ProtectionDomain,
+        entries: u16,
+        in_capsule: usize,
+    ) -> rnic_verbs::Result<(QueuePair, CompletionQueue, SlotRegion, SlotRegion)> {
+        let depth = u32::from(entries);
+        let cq = context.create_cq(2 * depth + 4, None, 0)?;
+        let qp = pd.create_qp(&QpInitAttributes {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCapabilities {
+                max_send_wr: depth + 2,
+                max_recv_wr: depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+        })?;
+        let commands = SlotRegion::new(pd, usize::from(entries), SQE_LEN + in_capsule, AccessFlags::LOCAL_WRITE)?;
+        let responses = SlotRegion::new(pd, usize::from(entries), CQE_LEN, AccessFlags::LOCAL_WRITE)?;
+        Ok((qp, cq, commands, responses))
+    }
+
+    /// Posts the receive for response slot `slot`.
+    pub fn post_receive(&self, slot: usize) -> Result<(), rnic_verbs::PostError> {
+        let sge = [self.responses.sge(slot, CQE_LEN)];
+        self.qp.post_recv(&[RecvWorkRequest {
+            wr_id: receive_wr_id(slot),
+            sg_list: &sge,
+        }])
+    }
+
+    /// A free slot and the CID it gives the next command.
+    pub fn take_slot(&mut self) -> Option<(usize, u16)> {
+        let slot = self.free.pop()?;
+        let generation = self.generations[slot].wrapping_add(1) & ((1 << (16 - CID_SLOT_BITS)) - 1);
+        self.generations[slot] = generation;
+        Some((slot, generation << CID_SLOT_BITS | slot as u16))
+    }
+
+    /// Writes `capsule` into command slot `slot` and SENDs it.
+    pub fn send_capsule(&self, slot: usize, capsule: &[u8]) -> Result<(), String> {
+        self.commands.write(slot, capsule).map_err(|e| e.to_string())?;
+        let sge = [self.commands.sge(slot, capsule.len())];
+        self.qp
+            .post_send(&[SendWorkRequest {
+                wr_id: send_wr_id(slot),
+                sg_list: &sge,
+                send_flags: SendFlags::SIGNALED,
+                ..Default::default()
+            }])
+            .map_err(|e| e.to_string())
+    }
+
+    /// The slot a CID names, if the CID is that slot's current command.
+    pub fn slot_of(&self, cid: u16) -> Option<usize> {
+        let slot = usize::from(cid) & ((1 << CID_SLOT_BITS) - 1);
+        let generation = cid >> CID_SLOT_BITS;
+        let outstanding = self.slots.get(slot)?.as_ref()?;
+        (self.generations[slot] == generation && outstanding.cid == cid).then_some(slot)
+    }
+}

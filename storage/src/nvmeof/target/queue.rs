@@ -1,0 +1,323 @@
+//! One NVMe queue on the target: an RC QP with its CQ, a receive buffer, a response
+//! buffer and a request per slot, and a pool of data buffers for RDMA READ and WRITE.
+//!
+//! Slot `i` owns receive buffer `i` and response buffer `i`: the receive is posted again
+//! only when the command it carried has been answered and the answer's SEND completed
+//! (the Linux and SPDK model), so a host that sends more than the queue holds meets
+//! receive-not-ready at the transport, never an overwritten buffer.
+
+use std::collections::VecDeque;
+
+use rnic_verbs::{
+    AccessFlags, CompletionQueue, Context, ProtectionDomain, QpCapabilities, QpInitAttributes, QpType, QueuePair,
+    RdmaFields, RecvWorkRequest, SendFlags, SendWorkRequest, WorkCompletion, WrOpcode,
+};
+
+use crate::nvmeof::wire::command::{Command, DataPointer};
+use crate::nvmeof::wire::cqe::{CqeRepr, CQE_LEN};
+use crate::nvmeof::wire::sqe::SQE_LEN;
+use crate::rdma::{BufferPool, Connection, DataBuffer, SlotRegion};
+
+/// What a work request was for: the top byte of its `wr_id`, the slot below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WorkKind {
+    /// A receive of a command capsule.
+    Receive = 1,
+    /// An RDMA READ of the command's data from the host.
+    ReadData = 2,
+    /// An RDMA WRITE of the command's data to the host.
+    WriteData = 3,
+    /// The SEND of the response capsule.
+    Response = 4,
+}
+
+pub(crate) fn wr_id(kind: WorkKind, slot: usize) -> u64 {
+    (kind as u64) << 56 | slot as u64
+}
+
+pub(crate) fn decode_wr_id(wr_id: u64) -> Option<(WorkKind, usize)> {
+    let slot = (wr_id & 0x00FF_FFFF_FFFF_FFFF) as usize;
+    let kind = match wr_id >> 56 {
+        1 => WorkKind::Receive,
+        2 => WorkKind::ReadData,
+        3 => WorkKind::WriteData,
+        4 => WorkKind::Response,
+        _ => return None,
+    };
+    Some((kind, slot))
+}
+
+/// Where a command is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Needs a data buffer from the pool.
+    WaitingForBuffer,
+    /// Has its buffer; waits for an RDMA READ credit.
+    WaitingForRead,
+    /// Its RDMA READ is in flight.
+    Reading,
+    /// Its data (if any) is here: it can execute.
+    Ready,
+    /// An Asynchronous Event Request parked until an event.
+    ParkedAer,
+}
+
+/// A command the target is working on.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    pub cid: u16,
+    pub command: Command,
+    pub data: DataPointer,
+    /// Bytes of data the command moves (checked against the SGL).
+    pub length: u32,
+    pub stage: Stage,
+    pub buffer: Option<DataBuffer>,
+    /// The command holds its CID in the queue's set (not a conflicting duplicate).
+    pub owns_cid: bool,
+}
+
+/// A slot's state.
+#[derive(Debug, Clone)]
+pub(crate) enum Slot {
+    /// Its receive is posted.
+    Posted,
+    /// Its receive carried a command being worked on.
+    Busy(Request),
+    /// Its response is posted; the receive is posted again when the SEND completes.
+    Responding { buffer: Option<DataBuffer> },
+    /// Not posted (the queue is closing).
+    Idle,
+}
+
+/// Where the queue is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QueueState {
+    /// Connected at the RDMA level; waiting for the Fabrics Connect.
+    AwaitingConnect,
+    /// Bound to controller `cntlid`.
+    Connected { cntlid: u16 },
+}
+
+/// One target queue.
+pub(crate) struct TargetQueue {
+    // Field order is drop order: the QP goes before its CQ and the memory it used.
+    pub qp: QueuePair,
+    pub cq: CompletionQueue,
+    pub connection: Box<dyn Connection>,
+    pub receives: SlotRegion,
+    pub responses: SlotRegion,
+    pub pool: BufferPool,
+    /// QID from the CM request.
+    pub qid: u16,
+    /// Submission queue entries (HSQSIZE + 1).
+    pub entries: u16,
+    /// RDMA READs this QP may keep outstanding.
+    pub initiator_depth: u32,
+    pub reads_outstanding: u32,
+    pub slots: Vec<Slot>,
+    /// Slots in `WaitingForBuffer`/`WaitingForRead`, oldest first.
+    pub waiting: VecDeque<usize>,
+    /// Slots in `Ready`, oldest first.
+    pub ready: VecDeque<usize>,
+    /// Commands received and not yet answered.
+    pub unanswered: u32,
+    /// Command identifiers of the unanswered commands (a bit per CID).
+    pub cids_in_use: Vec<u64>,
+    /// Submission queue head: commands fetched, modulo `entries`.
+    pub sq_head: u16,
+    pub state: QueueState,
+    /// Disconnect once every response in flight completed (Fabrics Disconnect).
+    pub close_when_drained: bool,
+    /// A peer description for logs.
+    pub peer: String,
+    pub completions: Vec<WorkCompletion>,
+}
+
+/// Sizes of a queue being created.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QueueGeometry {
+    pub slots: usize,
+    pub in_capsule_size: usize,
+    pub pool_bytes: usize,
+}
+
+impl TargetQueue {
+    /// Marks `cid` in use; returns whether it already was.
+    pub fn claim_cid(&mut self, cid: u16) -> bool {
+        let (word, bit) = (usize::from(cid) / 64, 1u64 << (cid % 64));
+        let was = self.cids_in_use[word] & bit != 0;
+        self.cids_in_use[word] |= bit;
+        was
+    }
+
+    /// Marks `cid` free.
+    pub fn release_cid(&mut self, cid: u16) {
+        self.cids_in_use[usize::from(cid) / 64] &= !(1u64 << (cid % 64));
+    }
+
+    /// Creates the QP (in RESET), CQ and memory of a queue.
+    pub fn create(
+        context: &Context,
+        pd: &ProtectionDomain,
+        geometry: QueueGeometry,
+    ) -> rnic_verbs::Result<(QueuePair, CompletionQueue, SlotRegion, SlotRegion, BufferPool)> {
+        let send_depth = 2 * geometry.slots as u32 + 4;
+        let recv_depth = geometry.slots as u32;
+        let cq = context.create_cq(send_depth + recv_depth, None, 0)?;
+        let qp = pd.create_qp(&QpInitAttributes {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCapabilities {
+                max_send_wr: send_depth,
+                max_recv_wr: recv_depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: QpType::Rc,
+            sq_sig_all: false,
+        })?;
+        let receives = SlotRegion::new(
+            pd,
+            geometry.slots,
+            SQE_LEN + geometry.in_capsule_size,
+            AccessFlags::LOCAL_WRITE,
+        )?;
+        let responses = SlotRegion::new(pd, geometry.slots, CQE_LEN, AccessFlags::LOCAL_WRITE)?;
+        let pool = BufferPool::new(pd, geometry.pool_bytes, 4096, AccessFlags::LOCAL_WRITE)?;
+        Ok((qp, cq, receives, responses, pool))
+    }
+
+    /// Posts receive `slot`.
+    pub fn post_receive(&mut self, slot: usize) -> Result<(), rnic_verbs::PostError> {
+        let sge = [self.receives.sge(slot, self.receives.slot_size())];
+        self.qp.post_recv(&[RecvWorkRequest {
+            wr_id: wr_id(WorkKind::Receive, slot),
+            sg_list: &sge,
+        }])?;
+        self.slots[slot] = Slot::Posted;
+        Ok(())
+    }
+
+    /// Posts an RDMA READ of the request's keyed data into its buffer.
+    pub fn post_read(
+        &mut self,
+        slot: usize,
+        address: u64,
+        key: u32,
+        buffer: &DataBuffer,
+    ) -> Result<(), rnic_verbs::PostError> {
+        let sge = [self.pool.sge(buffer)];
+        self.qp.post_send(&[SendWorkRequest {
+            wr_id: wr_id(WorkKind::ReadData, slot),
+            opcode: WrOpcode::RdmaRead,
+            sg_list: &sge,
+            send_flags: SendFlags::SIGNALED,
+            rdma: RdmaFields {
+                remote_addr: address,
+                rkey: key,
+            },
+            ..Default::default()
+        }])?;
+        self.reads_outstanding += 1;
+        Ok(())
+    }
+
+    /// Writes the CQE of `slot` and posts the SEND (with invalidate of `invalidate`),
+    /// after an RDMA WRITE of `write_length` bytes of its buffer to `write_to` when given.
+    pub fn post_response(
+        &mut self,
+        slot: usize,
+        cqe: &CqeRepr,
+        write: Option<(&DataBuffer, u32, u64, u32)>,
+        invalidate: Option<u32>,
+    ) -> Result<(), ResponseError> {
+        self.responses
+            .write(slot, &cqe.to_bytes())
+            .map_err(ResponseError::Memory)?;
+        let response_sge = [self.responses.sge(slot, CQE_LEN)];
+        let mut data_sge = [rnic_verbs::Sge::default()];
+        let mut requests: [SendWorkRequest<'_>; 2] = Default::default();
+        let mut count = 0;
+        if let Some((buffer, length, address, key)) = write {
+            data_sge[0] = rnic_verbs::Sge::new(self.pool.address(buffer), length, self.pool.mr().lkey());
+            requests[0] = SendWorkRequest {
+                wr_id: wr_id(WorkKind::WriteData, slot),
+                opcode: WrOpcode::RdmaWrite,
+                sg_list: &data_sge,
+                // Unsignaled: RC order puts the data before the response, and the
+                // response's completion retires the WRITE too.
+                send_flags: SendFlags::empty(),
+                rdma: RdmaFields {
+                    remote_addr: address,
+                    rkey: key,
+                },
+                ..Default::default()
+            };
+            count = 1;
+        }
+        requests[count] = SendWorkRequest {
+            wr_id: wr_id(WorkKind::Response, slot),
+            opcode: if invalidate.is_some() {
+                WrOpcode::SendWithInv
+            } else {
+                WrOpcode::Send
+            },
+            sg_list: &response_sge,
+            send_flags: SendFlags::SIGNALED,
+            invalidate_rkey: invalidate.unwrap_or(0),
+            ..Default::default()
+        };
+        self.qp.post_send(&requests[..=count]).map_err(ResponseError::Post)?;
+        Ok(())
+    }
+
+    /// Copies the in-capsule data `range` of `slot` into `out`.
+    pub fn read_in_capsule(
+        &self,
+        slot: usize,
+        range: std::ops::Range<usize>,
+        out: &mut Vec<u8>,
+    ) -> rnic_verbs::Result<()> {
+        out.resize(range.len(), 0);
+        self.receives.read_at(slot, SQE_LEN + range.start, out)
+    }
+}
+
+/// Why a response could not be sent.
+#[derive(Debug)]
+pub(crate) enum ResponseError {
+    Memory(rnic_verbs::VerbsError),
+    Post(rnic_verbs::PostError),
+}
+
+impl std::fmt::Display for ResponseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResponseError::Memory(e) => write!(f, "response buffer: {e}"),
+            ResponseError::Post(e) => write!(f, "post: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_request_ids_round_trip() {
+        for kind in [
+            WorkKind::Receive,
+            WorkKind::ReadData,
+            WorkKind::WriteData,
+            WorkKind::Response,
+        ] {
+            for slot in [0usize, 1, 255, 1 << 20] {
+                assert_eq!(decode_wr_id(wr_id(kind, slot)), Some((kind, slot)));
+            }
+        }
+        assert_eq!(decode_wr_id(0), None);
+        assert_eq!(decode_wr_id(9 << 56), None);
+    }
+}

@@ -1,0 +1,537 @@
+//! Two embedded hosts connect through their connection managers the way two Linux hosts
+//! do with rdma_cm: address, route, REQ/REP/RTU, traffic on the negotiated QPs, DREQ/DREP,
+//! timewait.
+
+mod cm_common;
+
+use std::net::SocketAddr;
+
+use cm_common::*;
+use rnic_verbs::cm::{CmEventKind, ConnParam, PortSpace};
+use rnic_verbs::{QpState, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, WcStatus, WrOpcode};
+
+#[test]
+fn an_rc_connection_is_established_carries_traffic_and_is_torn_down() {
+    let mut world = World::new(2, 1);
+    let listener = listen(&world, 1, 4420, PortSpace::Tcp);
+    let client = world.hosts[0].channel.create_id(7, PortSpace::Tcp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 4420), 2000)
+        .unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    client.create_qp(&qp_init(&world.hosts[0].pd)).unwrap();
+    client
+        .connect(&ConnParam {
+            private_data: b"hello".to_vec(),
+            ..ConnParam::default()
+        })
+        .unwrap();
+    let request = world.expect(1, CmEventKind::ConnectRequest);
+    assert_eq!(request.listen_id.as_ref(), Some(&listener));
+    assert_eq!(&request.private_data[..5], b"hello");
+    assert_eq!(
+        request.private_data.len(),
+        56,
+        "a REQ's private data after the IP header"
+    );
+    let server = request.id.clone();
+    assert_eq!(server.context().unwrap(), 0x1157, "the listener's context");
+    assert_eq!(
+        server.local_addr().unwrap(),
+        Some(SocketAddr::new(world.hosts[1].ip, 4420))
+    );
+    assert_eq!(server.peer_addr().unwrap(), client.local_addr().unwrap());
+    server.create_qp(&qp_init(&world.hosts[1].pd)).unwrap();
+    let server_qp = server.qp().unwrap().unwrap();
+    let server_mr = buffer(&world.hosts[1].pd, 4096);
+    server_qp
+        .post_recv(&[RecvWorkRequest {
+            wr_id: 1,
+            sg_list: &[Sge::new(server_mr.addr(), 4096, server_mr.lkey())],
+        }])
+        .unwrap();
+    server.accept(&ConnParam::default()).unwrap();
+    let established = world.expect(0, CmEventKind::Established);
+    assert_eq!(established.id, client);
+    world.expect(1, CmEventKind::Established);
+    let client_qp = client.qp().unwrap().unwrap();
+    assert_eq!(client_qp.state(), QpState::Rts);
+    assert_eq!(server_qp.state(), QpState::Rts);
+    let (a, b) = (client_qp.query().unwrap(), server_qp.query().unwrap());
+    assert_eq!(a.dest_qp_num, server_qp.qp_num());
+    assert_eq!(b.dest_qp_num, client_qp.qp_num());
+    assert_eq!(a.sq_psn, b.rq_psn, "client sends from the PSN the server expects");
+    assert_eq!(b.sq_psn, a.rq_psn);
+    assert_eq!(a.path_mtu, b.path_mtu);
+    assert_eq!(
+        a.timeout, 19,
+        "Linux 6.1's local ACK timeout: lifetime 18, ACK delay 15"
+    );
+
+    // A SEND from the client lands in the server's posted receive.
+    let client_mr = buffer(&world.hosts[0].pd, 4096);
+    client_mr.write(0, b"over the CM").unwrap();
+    client_qp
+        .post_send(&[SendWorkRequest {
+            wr_id: 9,
+            opcode: WrOpcode::Send,
+            sg_list: &[Sge::new(client_mr.addr(), 11, client_mr.lkey())],
+            send_flags: SendFlags::SIGNALED,
+            ..SendWorkRequest::default()
+        }])
+        .unwrap();
+    let send_cq = client.send_cq().unwrap().unwrap();
+    let recv_cq = server.recv_cq().unwrap().unwrap();
+    let mut wc = [rnic_verbs::WorkCompletion::default(); 1];
+    let mut got = (0, 0);
+    for _ in 0..100_000 {
+        got.0 += send_cq.poll(&mut wc[..]).unwrap();
+        if got.0 == 1 {
+            assert_eq!(wc[0].status, WcStatus::Success);
+            break;
+        }
+    }
+    for _ in 0..100_000 {
+        got.1 += recv_cq.poll(&mut wc[..]).unwrap();
+        if got.1 == 1 {
+            break;
+        }
+    }
+    assert_eq!(got, (1, 1));
+    assert_eq!(wc[0].byte_len, 11);
+    let mut landed = [0u8; 11];
+    server_mr.read(0, &mut landed).unwrap();
+    assert_eq!(&landed, b"over the CM");
+
+    // The client disconnects; both see DISCONNECTED, then TIMEWAIT_EXIT.
+    client.disconnect().unwrap();
+    assert_eq!(client_qp.state(), QpState::Err);
+    world.expect(1, CmEventKind::Disconnected);
+    server.disconnect().unwrap();
+    world.expect(0, CmEventKind::Disconnected);
+    world.expect(0, CmEventKind::TimewaitExit);
+    world.expect(1, CmEventKind::TimewaitExit);
+    drop((client_qp, server_qp, send_cq, recv_cq));
+    client.destroy().unwrap();
+    server.destroy().unwrap();
+    listener.destroy().unwrap();
+    assert_eq!(world.hosts[0].cm.ids(), 0);
+    assert_eq!(world.hosts[1].cm.ids(), 0);
+    let counters = world.hosts[1].cm.counters();
+    assert_eq!((counters.malformed, counters.unmatched, counters.timeouts), (0, 0, 0));
+}
+
+/// Active and passive ids through REQ/REP/RTU; returns (client, server).
+fn connect_pair(world: &mut World, port: u16) -> (rnic_verbs::cm::CmId, rnic_verbs::cm::CmId) {
+    let client = world.hosts[0].channel.create_id(1, PortSpace::Tcp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, port), 2000)
+        .unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    client.create_qp(&qp_init(&world.hosts[0].pd)).unwrap();
+    client.connect(&ConnParam::default()).unwrap();
+    let server = world.expect(1, CmEventKind::ConnectRequest).id;
+    server.create_qp(&qp_init(&world.hosts[1].pd)).unwrap();
+    server.accept(&ConnParam::default()).unwrap();
+    world.expect(0, CmEventKind::Established);
+    world.expect(1, CmEventKind::Established);
+    (client, server)
+}
+
+#[test]
+fn the_passive_side_can_disconnect_first() {
+    let mut world = World::new(2, 2);
+    let listener = listen(&world, 1, 5000, PortSpace::Tcp);
+    let (client, server) = connect_pair(&mut world, 5000);
+    server.disconnect().unwrap();
+    let disconnected = world.expect(0, CmEventKind::Disconnected);
+    assert_eq!(disconnected.status, 0);
+    assert_eq!(
+        client.qp().unwrap().unwrap().state(),
+        QpState::Rts,
+        "the DREQ alone does not touch the QP"
+    );
+    client.disconnect().unwrap();
+    assert_eq!(client.qp().unwrap().unwrap().state(), QpState::Err);
+    world.expect(1, CmEventKind::Disconnected);
+    world.expect(0, CmEventKind::TimewaitExit);
+    world.expect(1, CmEventKind::TimewaitExit);
+    for id in [client, server, listener] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn a_rejection_reaches_the_requester_with_its_reason_and_private_data() {
+    let mut world = World::new(2, 3);
+    let listener = listen(&world, 1, 6000, PortSpace::Tcp);
+    let client = world.hosts[0].channel.create_id(1, PortSpace::Tcp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 6000), 2000)
+        .unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    client.create_qp(&qp_init(&world.hosts[0].pd)).unwrap();
+    client.connect(&ConnParam::default()).unwrap();
+    let server = world.expect(1, CmEventKind::ConnectRequest).id;
+    server.reject(b"go away").unwrap();
+    let rejected = world.expect(0, CmEventKind::Rejected);
+    assert_eq!(rejected.status, 28, "consumer defined");
+    assert_eq!(&rejected.private_data[..7], b"go away");
+    assert_eq!(rejected.private_data.len(), 148);
+    assert_eq!(client.qp().unwrap().unwrap().state(), QpState::Err);
+    assert!(client.disconnect().is_err(), "nothing to disconnect");
+    for id in [client, server, listener] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn nobody_listening_is_answered_at_once_with_reason_8() {
+    let mut world = World::new(2, 4);
+    let client = world.hosts[0].channel.create_id(1, PortSpace::Tcp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 7000), 2000)
+        .unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    let start = world.now_ns();
+    client.connect(&ConnParam::default()).unwrap();
+    let rejected = world.expect(0, CmEventKind::Rejected);
+    assert_eq!(rejected.status, 8, "invalid Service ID");
+    let elapsed = world.now_ns() - start;
+    assert!(
+        elapsed < 1_000_000,
+        "within a round trip, not after a timeout: {elapsed} ns"
+    );
+    assert_eq!(world.hosts[1].cm.counters().no_listener, 1);
+    client.destroy().unwrap();
+}
+
+#[test]
+fn a_listener_bound_to_another_address_does_not_take_the_request() {
+    let mut world = World::new(2, 5);
+    // Bound to the link-local address of host b, not its IPv4 one.
+    let host = &world.hosts[1];
+    let link_local = std::net::IpAddr::from(host.context.query_gid(1, 1).unwrap().raw());
+    let listener = host.channel.create_id(0, PortSpace::Tcp).unwrap();
+    listener.bind_addr(SocketAddr::new(link_local, 8000)).unwrap();
+    listener.listen(1).unwrap();
+    let client = world.hosts[0].channel.create_id(1, PortSpace::Tcp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 8000), 2000)
+        .unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    client.connect(&ConnParam::default()).unwrap();
+    assert_eq!(
+        world.expect(0, CmEventKind::Rejected).status,
+        28,
+        "as Linux's cma: consumer defined"
+    );
+    client.destroy().unwrap();
+    listener.destroy().unwrap();
+}
+
+#[test]
+fn ipv6_connections_use_link_local_gids() {
+    let mut world = World::new(2, 6);
+    let address = |host: &Host| std::net::IpAddr::from(host.context.query_gid(1, 1).unwrap().raw());
+    let (a, b) = (address(&world.hosts[0]), address(&world.hosts[1]));
+    assert!(a.is_ipv6());
+    let listener = world.hosts[1].channel.create_id(0, PortSpace::Tcp).unwrap();
+    listener.bind_addr(SocketAddr::new(b, 4420)).unwrap();
+    listener.listen(1).unwrap();
+    let client = world.hosts[0].channel.create_id(1, PortSpace::Tcp).unwrap();
+    client.resolve_addr(None, SocketAddr::new(b, 4420), 2000).unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    assert_eq!(
+        client.local_addr().unwrap().unwrap().ip(),
+        a,
+        "an IPv6 source for an IPv6 peer"
+    );
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    assert_eq!(
+        client.route().unwrap().unwrap().flow_label,
+        0,
+        "IPv6: the socket's flow label, 0"
+    );
+    client.create_qp(&qp_init(&world.hosts[0].pd)).unwrap();
+    client.connect(&ConnParam::default()).unwrap();
+    let request = world.expect(1, CmEventKind::ConnectRequest);
+    assert_eq!(request.id.peer_addr().unwrap().unwrap().ip(), a);
+    request.id.create_qp(&qp_init(&world.hosts[1].pd)).unwrap();
+    request.id.accept(&ConnParam::default()).unwrap();
+    world.expect(0, CmEventKind::Established);
+    world.expect(1, CmEventKind::Established);
+    let qp = client.qp().unwrap().unwrap();
+    assert_eq!(
+        qp.query().unwrap().ah_attr.dgid.raw(),
+        match b {
+            std::net::IpAddr::V6(v6) => v6.octets(),
+            _ => unreachable!(),
+        }
+    );
+    drop(qp);
+    for id in [client, request.id, listener] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn ud_ids_resolve_the_peer_qp_with_sidr() {
+    let mut world = World::new(2, 7);
+    let listener = listen(&world, 1, 9000, PortSpace::Udp);
+    let client = world.hosts[0].channel.create_id(1, PortSpace::Udp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 9000), 2000)
+        .unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    client.create_qp(&qp_init(&world.hosts[0].pd)).unwrap();
+    assert_eq!(
+        client.qp().unwrap().unwrap().state(),
+        QpState::Rts,
+        "a UD QP is ready at once"
+    );
+    client
+        .connect(&ConnParam {
+            private_data: b"sidr".to_vec(),
+            ..ConnParam::default()
+        })
+        .unwrap();
+    let request = world.expect(1, CmEventKind::ConnectRequest);
+    assert_eq!(&request.private_data[..4], b"sidr");
+    let ud = request.ud.clone().expect("UD parameters");
+    assert_eq!(ud.ah_attr.dmac, mac(1));
+    request.id.create_qp(&qp_init(&world.hosts[1].pd)).unwrap();
+    let server_qp = request.id.qp().unwrap().unwrap();
+    request.id.accept(&ConnParam::default()).unwrap();
+    let established = world.expect(0, CmEventKind::Established);
+    let ud = established.ud.expect("the peer's QPN and Q_Key");
+    assert_eq!(ud.qp_num, server_qp.qp_num());
+    assert_eq!(ud.qkey, 0x0123_4567);
+    assert_eq!(ud.ah_attr.dmac, mac(2));
+    // A datagram with the resolved address reaches the server's QP.
+    let server_mr = buffer(&world.hosts[1].pd, 4096);
+    server_qp
+        .post_recv(&[RecvWorkRequest {
+            wr_id: 5,
+            sg_list: &[Sge::new(server_mr.addr(), 4096, server_mr.lkey())],
+        }])
+        .unwrap();
+    let ah = world.hosts[0].pd.create_ah(&ud.ah_attr).unwrap();
+    let client_mr = buffer(&world.hosts[0].pd, 4096);
+    client_mr.write(0, b"datagram").unwrap();
+    client
+        .qp()
+        .unwrap()
+        .unwrap()
+        .post_send(&[SendWorkRequest {
+            wr_id: 1,
+            opcode: WrOpcode::Send,
+            sg_list: &[Sge::new(client_mr.addr(), 8, client_mr.lkey())],
+            send_flags: SendFlags::SIGNALED,
+            ud: Some(rnic_verbs::UdFields {
+                ah: &ah,
+                remote_qpn: ud.qp_num,
+                remote_qkey: ud.qkey,
+            }),
+            ..SendWorkRequest::default()
+        }])
+        .unwrap();
+    let recv_cq = request.id.recv_cq().unwrap().unwrap();
+    let mut wc = [rnic_verbs::WorkCompletion::default(); 1];
+    let mut got = 0;
+    for _ in 0..100_000 {
+        got += recv_cq.poll(&mut wc).unwrap();
+        if got == 1 {
+            break;
+        }
+    }
+    assert_eq!(got, 1);
+    assert_eq!(wc[0].byte_len, 40 + 8);
+    drop((server_qp, recv_cq, ah));
+    for id in [client, request.id, listener] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn sidr_to_a_port_nobody_listens_on_is_unreachable_with_status_1() {
+    let mut world = World::new(2, 8);
+    let client = world.hosts[0].channel.create_id(1, PortSpace::Udp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 9001), 2000)
+        .unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    client.connect(&ConnParam::default()).unwrap();
+    assert_eq!(
+        world.expect(0, CmEventKind::Unreachable).status,
+        1,
+        "SIDR_REP status unsupported"
+    );
+    client.destroy().unwrap();
+}
+
+#[test]
+fn a_peer_that_never_answers_makes_the_request_unreachable_after_linuxs_retries() {
+    let world = World::new(2, 9);
+    // Host b's connection manager never runs: its QP1 receives, nobody answers.
+    let client = world.hosts[0].channel.create_id(1, PortSpace::Tcp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 4420), 2000)
+        .unwrap();
+    let start;
+    {
+        let host = &world.hosts[0];
+        loop {
+            host.cm.progress();
+            if let Some(event) = host.channel.get_event() {
+                assert_eq!(event.kind, CmEventKind::AddrResolved);
+                break;
+            }
+            world.advance(1_000_000);
+        }
+        client.resolve_route(2000).unwrap();
+        assert_eq!(host.channel.get_event().unwrap().kind, CmEventKind::RouteResolved);
+        start = world.now_ns();
+        client.connect(&ConnParam::default()).unwrap();
+        let event = loop {
+            host.cm.progress();
+            if let Some(event) = host.channel.get_event() {
+                break event;
+            }
+            let next = host.cm.next_deadline_ns().unwrap();
+            world
+                .fabric
+                .advance(rnic_hw_model::time::Picoseconds::from_nanos(next - world.now_ns()));
+        };
+        assert_eq!((event.kind, event.status), (CmEventKind::Unreachable, -110));
+    }
+    // 1 + 15 REQs, 6144 ms apart (2 × 2^(18-8) + 2^(20-8) ms), then the last timeout.
+    // (The connection manager's own register accesses add a few microseconds.)
+    let elapsed = world.now_ns() - start;
+    assert!(
+        (16 * 6_144_000_000..16 * 6_144_000_000 + 1_000_000).contains(&elapsed),
+        "{elapsed} ns"
+    );
+    let counters = world.hosts[0].cm.counters();
+    assert_eq!(
+        (counters.sent, counters.retransmissions, counters.timeouts),
+        (16, 15, 1)
+    );
+    client.destroy().unwrap();
+}
+
+#[test]
+fn a_slow_acceptor_answers_a_repeated_req_with_an_mra() {
+    let mut world = World::new(2, 10);
+    let listener = listen(&world, 1, 4420, PortSpace::Tcp);
+    let client = world.hosts[0].channel.create_id(1, PortSpace::Tcp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 4420), 2000)
+        .unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    client.create_qp(&qp_init(&world.hosts[0].pd)).unwrap();
+    client.connect(&ConnParam::default()).unwrap();
+    let server = world.expect(1, CmEventKind::ConnectRequest).id;
+    // The acceptor takes 20 s to decide: the REQ is repeated (6.1 s), answered with an
+    // MRA (service timeout 24, about 69 s), and the requester waits instead of giving up.
+    world.run_for(20_000_000_000);
+    assert!(world.hosts[1].cm.counters().duplicates >= 1);
+    assert!(client.state().contains("MRA_REQ_RCVD"), "{}", client.state());
+    server.create_qp(&qp_init(&world.hosts[1].pd)).unwrap();
+    server.accept(&ConnParam::default()).unwrap();
+    world.expect(0, CmEventKind::Established);
+    world.expect(1, CmEventKind::Established);
+    for id in [client, server, listener] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn an_application_with_its_own_qp_gets_connect_response_and_establishes() {
+    let mut world = World::new(2, 11);
+    let listener = listen(&world, 1, 4420, PortSpace::Tcp);
+    let host = &world.hosts[0];
+    let cq = host.context.create_cq(64, None, 0).unwrap();
+    let qp = host
+        .pd
+        .create_qp(&rnic_verbs::QpInitAttributes {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: caps(),
+            qp_type: rnic_verbs::QpType::Rc,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let client = host.channel.create_id(1, PortSpace::Tcp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 4420), 2000)
+        .unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    client
+        .connect(&ConnParam {
+            qp_num: qp.qp_num(),
+            ..ConnParam::default()
+        })
+        .unwrap();
+    let request = world.expect(1, CmEventKind::ConnectRequest);
+    assert_eq!(request.conn.qp_num, qp.qp_num());
+    request.id.create_qp(&qp_init(&world.hosts[1].pd)).unwrap();
+    request.id.accept(&ConnParam::default()).unwrap();
+    let response = world.expect(0, CmEventKind::ConnectResponse);
+    assert_eq!(response.conn.qp_num, request.id.qp().unwrap().unwrap().qp_num());
+    for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
+        let (attributes, mask) = client.init_qp_attr(state).unwrap();
+        qp.modify(&attributes, mask).unwrap();
+    }
+    client.establish().unwrap();
+    world.expect(1, CmEventKind::Established);
+    assert_eq!(
+        qp.query().unwrap().dest_qp_num,
+        request.id.qp().unwrap().unwrap().qp_num()
+    );
+    for id in [client, request.id, listener] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn destroying_an_id_in_req_sent_rejects_with_timeout_like_linux() {
+    let mut world = World::new(2, 12);
+    let listener = listen(&world, 1, 4420, PortSpace::Tcp);
+    let client = world.hosts[0].channel.create_id(1, PortSpace::Tcp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 4420), 2000)
+        .unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    client.connect(&ConnParam::default()).unwrap();
+    let server = world.expect(1, CmEventKind::ConnectRequest).id;
+    client.destroy().unwrap();
+    // The REJ (reason 4, our GUID as ARI) finds the passive id by remote ID and GUID.
+    let rejected = world.expect(1, CmEventKind::Rejected);
+    assert_eq!((rejected.id, rejected.status), (server.clone(), 4));
+    assert!(server.accept(&ConnParam::default()).is_err());
+    server.destroy().unwrap();
+    listener.destroy().unwrap();
+}
