@@ -724,7 +724,10 @@ impl Device {
 
     /// Applies the QPs' recorded progress to their QPCs and writes the cached contexts
     /// that are newer than host memory back to it (see [`Contexts::write_back`]).
-    pub(crate) fn write_back_contexts(&mut self) {
+    ///
+    /// Public so that tests and fuzzers can read every QPC and CQC from host memory as the
+    /// device sees it without issuing a command (which does this first).
+    pub fn write_back_contexts(&mut self) {
         self.contexts.write_back(&mut self.bus);
     }
 
