@@ -146,10 +146,28 @@ macro_rules! minus_one_isize {
 }
 
 minus_one!(
-    rdma_destroy_srq, rdma_set_local_ece, rdma_get_remote_ece, rsocket, rbind, rlisten, raccept, rconnect, rshutdown,
-    rclose, rpoll, rselect, rgetpeername, rgetsockname, rsetsockopt, rgetsockopt, rfcntl, riounmap
+    rdma_destroy_srq,
+    rdma_set_local_ece,
+    rdma_get_remote_ece,
+    rsocket,
+    rbind,
+    rlisten,
+    raccept,
+    rconnect,
+    rshutdown,
+    rclose,
+    rpoll,
+    rselect,
+    rgetpeername,
+    rgetsockname,
+    rsetsockopt,
+    rgetsockopt,
+    rfcntl,
+    riounmap
 );
-minus_one_isize!(rrecv, rrecvfrom, rrecvmsg, rsend, rsendto, rsendmsg, rread, rreadv, rwrite, rwritev, riomap, riowrite);
+minus_one_isize!(
+    rrecv, rrecvfrom, rrecvmsg, rsend, rsendto, rsendmsg, rread, rreadv, rwrite, rwritev, riomap, riowrite
+);
 
 /// `rdma_create_srq`: NULL, errno `ENOSYS` (create the SRQ with `ibv_create_srq`).
 #[no_mangle]

@@ -63,21 +63,62 @@ pub fn command(program: &str, args: &[&str], device: &str) -> Command {
     command
 }
 
-/// Waits for `child` at most `limit`; kills it past that (the test then fails on its
-/// status).
-pub fn wait_bounded(mut child: Child, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                break;
+/// A running program whose output is read as it comes (a program that prints more than
+/// a pipe holds would otherwise block while the test waits for its peer).
+pub struct Running {
+    child: Child,
+    stdout: std::thread::JoinHandle<Vec<u8>>,
+    stderr: std::thread::JoinHandle<Vec<u8>>,
+}
+
+impl Running {
+    /// Starts reading `child`'s output.
+    pub fn new(mut child: Child) -> Self {
+        use std::io::Read;
+        fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        }
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+        Self { child, stdout, stderr }
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits at most `limit`; kills the program past that (the test then fails on its
+    /// status).
+    pub fn wait(mut self, limit: Duration) -> Output {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    let _ = self.child.kill();
+                    break self.child.wait().expect("reap the program");
+                }
             }
+        };
+        Output {
+            status,
+            stdout: self.stdout.join().unwrap_or_default(),
+            stderr: self.stderr.join().unwrap_or_default(),
         }
     }
-    child.wait_with_output().expect("collect the program's output")
+}
+
+/// Waits for `child` at most `limit`, reading its output meanwhile.
+pub fn wait_bounded(child: Child, limit: Duration) -> Output {
+    Running::new(child).wait(limit)
 }
 
 /// Both sides' output.
@@ -116,9 +157,11 @@ impl Pair {
 /// Runs `program` as server on `udp:server_ip` and as client on `udp:client_ip`, the
 /// client given `server_args` + `client_args` + the server's host; 60 s at most each.
 pub fn run_pair(program: &str, args: &[&str], server_ip: &str, client_ip: &str) -> Pair {
-    let server = command(program, args, &format!("udp:{server_ip}"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {program}: {e}"));
+    let server = Running::new(
+        command(program, args, &format!("udp:{server_ip}"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {program}: {e}")),
+    );
     // Both perftest and the pingpongs retry the TCP connection for a while, but give the
     // server a moment to listen.
     std::thread::sleep(Duration::from_millis(300));
@@ -128,7 +171,7 @@ pub fn run_pair(program: &str, args: &[&str], server_ip: &str, client_ip: &str) 
         .spawn()
         .unwrap_or_else(|e| panic!("start {program}: {e}"));
     let client = wait_bounded(client, Duration::from_secs(60));
-    let server = wait_bounded(server, Duration::from_secs(10));
+    let server = server.wait(Duration::from_secs(10));
     Pair { server, client }
 }
 
