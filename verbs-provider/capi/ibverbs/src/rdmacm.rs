@@ -1534,7 +1534,10 @@ pub unsafe extern "C" fn rnic_rdma_create_ep(
 }
 
 /// QP attributes of passive endpoints, for the ids their requests bring.
-static PASSIVE_QP: Mutex<Option<HashMap<usize, (usize, ibv_qp_cap, c_int, c_int)>>> = Mutex::new(None);
+/// What a passive endpoint's QPs are made with: PD (address), caps, QP type, sq_sig_all.
+type PassiveQp = (usize, ibv_qp_cap, c_int, c_int);
+
+static PASSIVE_QP: Mutex<Option<HashMap<usize, PassiveQp>>> = Mutex::new(None);
 
 /// `rdma_destroy_ep`.
 ///
