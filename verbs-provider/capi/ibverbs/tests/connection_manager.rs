@@ -9,6 +9,7 @@ use std::time::Duration;
 
 /// Starts the server, then the client; `SRV` in the arguments is the server's address.
 fn run(program: &str, server: &[&str], client: &[&str], pair: u8) -> Pair {
+    let _turn = common::take_turn();
     let server_ip = format!("127.0.4.{}", 2 * pair + 1);
     let client_ip = format!("127.0.4.{}", 2 * pair + 2);
     let fill = |args: &[&str]| -> Vec<String> { args.iter().map(|a| a.replace("SRV", &server_ip)).collect() };
@@ -16,7 +17,9 @@ fn run(program: &str, server: &[&str], client: &[&str], pair: u8) -> Pair {
     let server_args: Vec<&str> = server_args.iter().map(String::as_str).collect();
     let client_args: Vec<&str> = client_args.iter().map(String::as_str).collect();
     let server = spawn_group(program, &server_args, &server_ip);
-    std::thread::sleep(Duration::from_millis(500));
+    // The server listens through the connection manager, which shows nowhere outside
+    // the process; give it time to start on a loaded host.
+    std::thread::sleep(Duration::from_secs(2));
     let client = spawn_group(program, &client_args, &client_ip);
     let client_pid = client.id();
     let client = client.wait(Duration::from_secs(90));
@@ -104,8 +107,9 @@ fn rdma_server_and_rdma_client_use_the_synchronous_endpoint_api() {
     if !require("rdma_server") || !require("rdma_client") {
         return;
     }
+    let _turn = common::take_turn();
     let server = spawn_group("rdma_server", &["-s", "127.0.4.9", "-p", "19503"], "127.0.4.9");
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_secs(2));
     let client = spawn_group("rdma_client", &["-s", "127.0.4.9", "-p", "19503"], "127.0.4.10");
     let client = client.wait(Duration::from_secs(60));
     let server = server.wait(Duration::from_secs(15));
