@@ -25,3 +25,5 @@ pub mod block;
 pub mod nvmeof;
 pub mod perf;
 pub mod rdma;
+pub mod scsi;
+pub mod srp;
