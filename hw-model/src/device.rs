@@ -13,9 +13,9 @@ use rnic_firmware_if::regs;
 use crate::bus::Bus;
 use crate::command::Rejection;
 use crate::config::DeviceConfig;
+use crate::cq::{CompletionQueues, CqError};
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
 use crate::eq::{EqKind, EventQueues};
-use crate::fast_hash::FastHashMap;
 use crate::firmware::{CommandQueue, Firmware};
 use crate::hem::Contexts;
 use crate::interrupt::InterruptSink;
@@ -28,7 +28,8 @@ use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
 use crate::transport::Transport;
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::{Eqc, Mpt};
+use rnic_firmware_if::context::{Cqc, Eqc, Mpt};
+use rnic_firmware_if::cqe::Cqe;
 use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
 
@@ -118,9 +119,8 @@ pub struct Device {
     pub(crate) mpt: MemoryProtection,
     /// The MTT cache: page translations, forgotten with the MPT cache.
     pub(crate) translations: TranslationCache,
-    /// CQN → the CQ's context address and CQE buffer translation, forgotten with the
-    /// context cache and at CREATE/DESTROY_CQC (see `cq`).
-    pub(crate) cq_buffers: FastHashMap<u32, crate::cq::CqBuffer>,
+    /// Completion queues: CQEs, CQ doorbells, the CQ mailbox commands.
+    pub(crate) cqs: CompletionQueues,
 }
 
 impl std::fmt::Debug for Device {
@@ -172,7 +172,7 @@ impl Device {
             counters: Counters::default(),
             mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
             translations: TranslationCache::default(),
-            cq_buffers: FastHashMap::default(),
+            cqs: CompletionQueues::new(&config.caps),
             config,
         }
     }
@@ -201,7 +201,7 @@ impl Device {
             counters: self.counters,
             mpt: self.mpt.clone(),
             translations: self.translations.clone(),
-            cq_buffers: self.cq_buffers.clone(),
+            cqs: self.cqs.clone(),
         }
     }
 
@@ -282,9 +282,11 @@ impl Device {
     /// Counters since power-on.
     pub fn counters(&self) -> Counters {
         let eq = self.eqs.counters();
+        let cq = self.cqs.counters();
         Counters {
-            doorbells: self.counters.doorbells + eq.doorbells,
-            doorbells_dropped: self.counters.doorbells_dropped + eq.doorbells_dropped,
+            doorbells: self.counters.doorbells + eq.doorbells + cq.doorbells,
+            doorbells_dropped: self.counters.doorbells_dropped + eq.doorbells_dropped + cq.doorbells_dropped,
+            cqes: cq.cqes,
             eqes: eq.eqes,
             interrupts: eq.interrupts,
             dma_errors: self.bus.errors(),
@@ -696,7 +698,7 @@ impl Device {
     /// before any command or mailbox (see `hem`).
     pub(crate) fn forget_context_caches(&mut self) {
         self.contexts.forget(&mut self.bus);
-        self.cq_buffers.clear();
+        self.cqs.forget_buffers();
         self.mpt.forget();
         self.translations.clear();
     }
@@ -732,7 +734,7 @@ impl Device {
     /// lean on them.
     fn drop_context_cache(&mut self) {
         self.contexts.drop_cache(&mut self.bus);
-        self.cq_buffers.clear();
+        self.cqs.forget_buffers();
     }
 }
 
@@ -803,6 +805,7 @@ impl Device {
     }
 
     /// A CEQE for CQ `cqn` on CEQ `ceqn`.
+    #[cfg(test)]
     pub(crate) fn post_completion_event(&mut self, ceqn: u32, cqn: u32) {
         let (block, mut io) = self.eq_io();
         block.post_completion_event(&mut io, ceqn, cqn);
@@ -835,6 +838,51 @@ impl Device {
     /// Number of created EQs (for the device's resource accounting and leak checks).
     pub fn active_eq_count(&self) -> usize {
         self.eqs.active_count()
+    }
+}
+
+impl Device {
+    /// CREATE_CQC.
+    pub(crate) fn create_cq(&mut self, cqn: u32, cqc: Cqc) -> Result<(), Rejection> {
+        let (block, mut io) = self.cq_io();
+        block.create(&mut io, cqn, cqc)
+    }
+
+    /// MODIFY_CQC.
+    pub(crate) fn modify_cq(&mut self, cqn: u32, cqc: Cqc, mask: Cqc) -> Result<(), Rejection> {
+        let (block, mut io) = self.cq_io();
+        block.modify(&mut io, cqn, cqc, mask)
+    }
+
+    /// QUERY_CQC.
+    pub(crate) fn query_cq(&mut self, cqn: u32) -> Result<Cqc, Rejection> {
+        let (block, mut io) = self.cq_io();
+        block.query(&mut io, cqn)
+    }
+
+    /// DESTROY_CQC.
+    pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<(), Rejection> {
+        let (block, mut io) = self.cq_io();
+        block.destroy(&mut io, cqn)
+    }
+
+    /// Whether CQ `cqn` exists and is valid.
+    pub(crate) fn cq_is_valid(&mut self, cqn: u32) -> bool {
+        let (block, mut io) = self.cq_io();
+        block.is_valid(&mut io, cqn)
+    }
+
+    /// A CQ doorbell (set CI, arm).
+    pub(crate) fn cq_doorbell(&mut self, cqn: u32, word: u64) {
+        let (block, mut io) = self.cq_io();
+        block.doorbell(&mut io, cqn, word);
+    }
+
+    /// A CQE for CQ `cqn`.
+    #[inline]
+    pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
+        let (block, mut io) = self.cq_io();
+        block.post_cqe(&mut io, cqn, cqe, solicited)
     }
 }
 
@@ -937,7 +985,127 @@ fn record(
     });
 }
 
+/// The CQ block's ports: CQCs through the context block, the MTT, the bus,
+/// diagnostics, and the event block its events go to.
+struct CqWiring<'a> {
+    contexts: &'a mut Contexts,
+    translation: &'a mut TranslationCache,
+    bus: &'a mut Bus,
+    timing: &'a mut TimingModel,
+    scheduler: &'a mut Scheduler<Event>,
+    diagnostics: &'a mut DiagnosticLog,
+    eqs: &'a mut EventQueues,
+}
+
+impl CqWiring<'_> {
+    /// The event block and its wiring.
+    #[inline]
+    fn eq_io(&mut self) -> (&mut EventQueues, EqWiring<'_>) {
+        let io = EqWiring {
+            translation: self.translation,
+            bus: self.bus,
+            timing: self.timing,
+            scheduler: self.scheduler,
+            diagnostics: self.diagnostics,
+        };
+        (self.eqs, io)
+    }
+}
+
+impl crate::cq::Io for CqWiring<'_> {
+    #[inline]
+    fn read_cqc(&mut self, cqn: u32) -> Result<(Cqc, u64), Rejection> {
+        self.contexts.read(self.bus, ContextTableId::Cqc, cqn)
+    }
+
+    #[inline]
+    fn cached_cqc(&self, address: u64) -> Option<Cqc> {
+        let bytes = self.contexts.cached(address, Cqc::SIZE)?;
+        let mut cqc = Cqc::zeroed();
+        cqc.bytes_mut().copy_from_slice(bytes);
+        Some(cqc)
+    }
+
+    #[inline]
+    fn write_cqc(&mut self, address: u64, cqc: &Cqc) -> Result<(), Rejection> {
+        self.contexts.write(self.bus, address, cqc)
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.translation.translate_on(self.bus, mtr, offset)
+    }
+
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.bus.read(address, buffer)
+    }
+
+    #[inline]
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.bus.write(address, data)
+    }
+
+    fn count_dma_error(&mut self) {
+        self.bus.count_error();
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        let now = self.scheduler.now();
+        record(
+            self.diagnostics,
+            now,
+            source,
+            object.into(),
+            field,
+            value,
+            expected.into(),
+        );
+    }
+
+    fn ceq_exists(&self, ceqn: u32) -> bool {
+        self.eqs.is_active(ceqn, EqKind::Completion)
+    }
+
+    fn num_ceqs(&self) -> u32 {
+        self.eqs.num_ceqs()
+    }
+
+    #[inline]
+    fn completion_event(&mut self, ceqn: u32, cqn: u32) {
+        let (block, mut io) = self.eq_io();
+        block.post_completion_event(&mut io, ceqn, cqn);
+    }
+
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        let (block, mut io) = self.eq_io();
+        block.post_async_event(&mut io, event, sub_type, queue_number);
+    }
+}
+
 impl Device {
+    /// The CQ block and its wiring.
+    #[inline]
+    fn cq_io(&mut self) -> (&mut CompletionQueues, CqWiring<'_>) {
+        let io = CqWiring {
+            contexts: &mut self.contexts,
+            translation: &mut self.translations,
+            bus: &mut self.bus,
+            timing: &mut self.timing,
+            scheduler: &mut self.scheduler,
+            diagnostics: &mut self.diagnostics,
+            eqs: &mut self.eqs,
+        };
+        (&mut self.cqs, io)
+    }
+
     /// The event block and its wiring.
     #[inline]
     fn eq_io(&mut self) -> (&mut EventQueues, EqWiring<'_>) {
