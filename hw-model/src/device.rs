@@ -21,17 +21,43 @@ use crate::hem::Contexts;
 use crate::interrupt::InterruptSink;
 use crate::memory::{HostMemory, MemoryError};
 use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
-use crate::mtt::{Mtr, MttError, TranslationCache};
+use crate::mtt::{DmaFault, Mtr, MttError, TranslationCache};
 use crate::pci::{BarDescriptor, ConfigSpace};
 use crate::probe::{Observer, Port};
+use crate::srq::{SharedReceiveQueues, SrqWqe};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
 use crate::transport::Transport;
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::{Cqc, Eqc, Mpt};
+use rnic_firmware_if::context::{Cqc, Eqc, Mpt, Srqc};
 use rnic_firmware_if::cqe::Cqe;
 use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
+
+/// The services of the device `$device`, borrowed field by field (so the block being
+/// called, another field, stays free).
+macro_rules! services {
+    ($device:ident) => {
+        Services {
+            translation: &mut $device.translations,
+            bus: &mut $device.bus,
+            timing: &mut $device.timing,
+            scheduler: &mut $device.scheduler,
+            diagnostics: &mut $device.diagnostics,
+        }
+    };
+}
+
+/// What the object blocks of the device `$device` are bound to, borrowed field by field.
+macro_rules! objects {
+    ($device:ident) => {
+        Objects {
+            services: services!($device),
+            contexts: &mut $device.contexts,
+            eqs: &mut $device.eqs,
+        }
+    };
+}
 
 /// Something the device will do at a virtual instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +147,8 @@ pub struct Device {
     pub(crate) translations: TranslationCache,
     /// Completion queues: CQEs, CQ doorbells, the CQ mailbox commands.
     pub(crate) cqs: CompletionQueues,
+    /// Shared receive queues.
+    pub(crate) srqs: SharedReceiveQueues,
 }
 
 impl std::fmt::Debug for Device {
@@ -173,6 +201,7 @@ impl Device {
             mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
             translations: TranslationCache::default(),
             cqs: CompletionQueues::new(&config.caps),
+            srqs: SharedReceiveQueues::new(&config.caps),
             config,
         }
     }
@@ -202,6 +231,7 @@ impl Device {
             mpt: self.mpt.clone(),
             translations: self.translations.clone(),
             cqs: self.cqs.clone(),
+            srqs: self.srqs.clone(),
         }
     }
 
@@ -259,8 +289,7 @@ impl Device {
                 self.registers.resetting = false;
             }
             Event::Eq(timer) => {
-                let (block, mut io) = self.eq_io();
-                block.coalesce_timer(&mut io, timer);
+                self.eqs.coalesce_timer(&mut services!(self), timer);
             }
             Event::TransportTx => self.transport_tx_event(),
             Event::TransportRx => self.transport_rx_event(),
@@ -283,9 +312,13 @@ impl Device {
     pub fn counters(&self) -> Counters {
         let eq = self.eqs.counters();
         let cq = self.cqs.counters();
+        let srq = self.srqs.counters();
         Counters {
-            doorbells: self.counters.doorbells + eq.doorbells + cq.doorbells,
-            doorbells_dropped: self.counters.doorbells_dropped + eq.doorbells_dropped + cq.doorbells_dropped,
+            doorbells: self.counters.doorbells + eq.doorbells + cq.doorbells + srq.doorbells,
+            doorbells_dropped: self.counters.doorbells_dropped
+                + eq.doorbells_dropped
+                + cq.doorbells_dropped
+                + srq.doorbells_dropped,
             cqes: cq.cqes,
             eqes: eq.eqes,
             interrupts: eq.interrupts,
@@ -552,8 +585,7 @@ impl Device {
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                let (block, mut io) = self.eq_io();
-                block.write_interrupt_enable(&mut io, eqn, value);
+                self.eqs.write_interrupt_enable(&mut services!(self), eqn, value);
             }
             o => {
                 let known = regs::REGISTERS.iter().find(|r| r.offset == o);
@@ -743,20 +775,17 @@ impl Device {
 impl Device {
     /// CREATE_MPT.
     pub(crate) fn create_mpt(&mut self, index: u32, mpt: Mpt) -> Result<(), Rejection> {
-        let (block, mut io) = self.mpt_io();
-        block.create(&mut io, index, mpt)
+        self.mpt.create(&mut objects!(self), index, mpt)
     }
 
     /// DESTROY_MPT.
     pub(crate) fn destroy_mpt(&mut self, index: u32) -> Result<(), Rejection> {
-        let (block, mut io) = self.mpt_io();
-        block.destroy(&mut io, index)
+        self.mpt.destroy(&mut objects!(self), index)
     }
 
     /// QUERY_MPT.
     pub(crate) fn query_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
-        let (block, mut io) = self.mpt_io();
-        block.query(&mut io, index)
+        self.mpt.query(&mut objects!(self), index)
     }
 
     /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in
@@ -771,14 +800,13 @@ impl Device {
         length: u64,
         needed: MrAccess,
     ) -> Result<MrTranslation, MrAccessError> {
-        let (block, mut io) = self.mpt_io();
-        block.check_access(&mut io, key, pd, address, length, needed)
+        self.mpt
+            .check_access(&mut objects!(self), key, pd, address, length, needed)
     }
 
     /// SEND with invalidate: the region of `rkey` in PD `pd` becomes FREE.
     pub(crate) fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
-        let (block, mut io) = self.mpt_io();
-        block.invalidate(&mut io, rkey, pd)
+        self.mpt.invalidate(&mut objects!(self), rkey, pd)
     }
 }
 
@@ -790,8 +818,7 @@ impl Device {
 
     /// MODIFY_CEQC / MODIFY_AEQC.
     pub(crate) fn modify_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
-        let (block, mut io) = self.eq_io();
-        block.modify(&mut io, eqn, kind, eqc, mask)
+        self.eqs.modify(&mut services!(self), eqn, kind, eqc, mask)
     }
 
     /// QUERY_CEQC / QUERY_AEQC.
@@ -807,26 +834,24 @@ impl Device {
     /// A CEQE for CQ `cqn` on CEQ `ceqn`.
     #[cfg(test)]
     pub(crate) fn post_completion_event(&mut self, ceqn: u32, cqn: u32) {
-        let (block, mut io) = self.eq_io();
-        block.post_completion_event(&mut io, ceqn, cqn);
+        self.eqs.post_completion_event(&mut services!(self), ceqn, cqn);
     }
 
     /// An AEQE.
     pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        let (block, mut io) = self.eq_io();
-        block.post_async_event(&mut io, event, sub_type, queue_number);
+        self.eqs
+            .post_async_event(&mut services!(self), event, sub_type, queue_number);
     }
 
     /// A mailbox-completion AEQE.
     pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
-        let (block, mut io) = self.eq_io();
-        block.post_mailbox_event(&mut io, token, status, out_param);
+        self.eqs
+            .post_mailbox_event(&mut services!(self), token, status, out_param);
     }
 
     /// The EQ doorbell.
     pub(crate) fn eq_doorbell(&mut self, word: u64) {
-        let (block, mut io) = self.eq_io();
-        block.doorbell(&mut io, word);
+        self.eqs.doorbell(&mut services!(self), word);
     }
 
     /// MSI-X vector of EQ `eqn`.
@@ -844,83 +869,87 @@ impl Device {
 impl Device {
     /// CREATE_CQC.
     pub(crate) fn create_cq(&mut self, cqn: u32, cqc: Cqc) -> Result<(), Rejection> {
-        let (block, mut io) = self.cq_io();
-        block.create(&mut io, cqn, cqc)
+        self.cqs.create(&mut objects!(self), cqn, cqc)
     }
 
     /// MODIFY_CQC.
     pub(crate) fn modify_cq(&mut self, cqn: u32, cqc: Cqc, mask: Cqc) -> Result<(), Rejection> {
-        let (block, mut io) = self.cq_io();
-        block.modify(&mut io, cqn, cqc, mask)
+        self.cqs.modify(&mut objects!(self), cqn, cqc, mask)
     }
 
     /// QUERY_CQC.
     pub(crate) fn query_cq(&mut self, cqn: u32) -> Result<Cqc, Rejection> {
-        let (block, mut io) = self.cq_io();
-        block.query(&mut io, cqn)
+        self.cqs.query(&mut objects!(self), cqn)
     }
 
     /// DESTROY_CQC.
     pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<(), Rejection> {
-        let (block, mut io) = self.cq_io();
-        block.destroy(&mut io, cqn)
+        self.cqs.destroy(&mut objects!(self), cqn)
     }
 
     /// Whether CQ `cqn` exists and is valid.
     pub(crate) fn cq_is_valid(&mut self, cqn: u32) -> bool {
-        let (block, mut io) = self.cq_io();
-        block.is_valid(&mut io, cqn)
+        self.cqs.is_valid(&mut objects!(self), cqn)
     }
 
     /// A CQ doorbell (set CI, arm).
     pub(crate) fn cq_doorbell(&mut self, cqn: u32, word: u64) {
-        let (block, mut io) = self.cq_io();
-        block.doorbell(&mut io, cqn, word);
+        self.cqs.doorbell(&mut objects!(self), cqn, word);
     }
 
     /// A CQE for CQ `cqn`.
     #[inline]
     pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
-        let (block, mut io) = self.cq_io();
-        block.post_cqe(&mut io, cqn, cqe, solicited)
+        self.cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
+    }
+}
+
+impl Device {
+    /// CREATE_SRQ.
+    pub(crate) fn create_srq(&mut self, srqn: u32, srqc: Srqc) -> Result<(), Rejection> {
+        self.srqs.create(&mut objects!(self), srqn, srqc)
+    }
+
+    /// MODIFY_SRQC.
+    pub(crate) fn modify_srq(&mut self, srqn: u32, srqc: Srqc, mask: Srqc) -> Result<(), Rejection> {
+        self.srqs.modify(&mut objects!(self), srqn, srqc, mask)
+    }
+
+    /// QUERY_SRQC.
+    pub(crate) fn query_srq(&mut self, srqn: u32) -> Result<Srqc, Rejection> {
+        self.srqs.query(&mut objects!(self), srqn)
+    }
+
+    /// DESTROY_SRQ.
+    pub(crate) fn destroy_srq(&mut self, srqn: u32) -> Result<(), Rejection> {
+        self.srqs.destroy(&mut objects!(self), srqn)
+    }
+
+    /// Whether SRQ `srqn` exists.
+    pub(crate) fn srq_is_valid(&mut self, srqn: u32) -> bool {
+        self.srqs.is_valid(&mut objects!(self), srqn)
+    }
+
+    /// The SRQ doorbell.
+    pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
+        self.srqs.doorbell(&mut objects!(self), srqn, producer_index);
+    }
+
+    /// The next posted WQE of SRQ `srqn`, for the responder.
+    pub(crate) fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
+        self.srqs.take_wqe(&mut objects!(self), srqn)
     }
 }
 
 // ---- wiring: each block's Io bound to the blocks and services that serve it -------------------
+//
+// A block's `Io` trait (in its own folder) is everything it may reach; the structs here
+// bind those traits to the blocks below it and to the services. They only borrow: the
+// top builds one for each request it routes.
 
-/// The memory-protection block's ports: the MPT table of the context block, the MTT and
-/// the bus.
-struct MptWiring<'a> {
-    contexts: &'a mut Contexts,
-    translation: &'a mut TranslationCache,
-    bus: &'a mut Bus,
-}
-
-impl crate::mpt::Io for MptWiring<'_> {
-    #[inline]
-    fn read_mpt(&mut self, index: u32) -> Result<(Mpt, u64), Rejection> {
-        self.contexts.read(self.bus, ContextTableId::Mpt, index)
-    }
-
-    #[inline]
-    fn write_mpt(&mut self, address: u64, mpt: &Mpt) -> Result<(), Rejection> {
-        self.contexts.write(self.bus, address, mpt)
-    }
-
-    #[inline]
-    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
-        self.translation.translate_on(self.bus, mtr, offset)
-    }
-
-    #[inline]
-    fn bus_master(&self) -> bool {
-        self.bus.master()
-    }
-}
-
-/// The event block's ports: the MTT and the bus for EQEs, the timing model, the
-/// scheduler for its coalescing timers, diagnostics.
-struct EqWiring<'a> {
+/// The services every block is handed: the MTT, the bus, the timing model, the scheduler
+/// (for the blocks' timers) and diagnostics. The event block needs nothing else.
+struct Services<'a> {
     translation: &'a mut TranslationCache,
     bus: &'a mut Bus,
     timing: &'a mut TimingModel,
@@ -928,10 +957,40 @@ struct EqWiring<'a> {
     diagnostics: &'a mut DiagnosticLog,
 }
 
-impl crate::eq::Io for EqWiring<'_> {
+impl Services<'_> {
+    /// The same borrows, for a call into a block below.
+    #[inline]
+    fn reborrow(&mut self) -> Services<'_> {
+        Services {
+            translation: self.translation,
+            bus: self.bus,
+            timing: self.timing,
+            scheduler: self.scheduler,
+            diagnostics: self.diagnostics,
+        }
+    }
+
     #[inline]
     fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
         self.translation.translate_on(self.bus, mtr, offset)
+    }
+
+    fn diagnose(&mut self, source: Source, object: String, field: &'static str, value: u64, expected: String) {
+        self.diagnostics.record(Diagnostic {
+            time_ps: self.scheduler.now().0,
+            source,
+            object,
+            field,
+            value,
+            expected,
+        });
+    }
+}
+
+impl crate::eq::Io for Services<'_> {
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        Services::translate(self, mtr, offset)
     }
 
     #[inline]
@@ -953,69 +1012,44 @@ impl crate::eq::Io for EqWiring<'_> {
     }
 
     fn diagnose(&mut self, source: Source, object: String, field: &'static str, value: u64, expected: String) {
-        record(
-            self.diagnostics,
-            self.scheduler.now(),
-            source,
-            object,
-            field,
-            value,
-            expected,
-        );
+        Services::diagnose(self, source, object, field, value, expected);
     }
 }
 
-/// Records a diagnostic at `now`.
-fn record(
-    log: &mut DiagnosticLog,
-    now: Picoseconds,
-    source: Source,
-    object: String,
-    field: &'static str,
-    value: u64,
-    expected: String,
-) {
-    log.record(Diagnostic {
-        time_ps: now.0,
-        source,
-        object,
-        field,
-        value,
-        expected,
-    });
-}
-
-/// The CQ block's ports: CQCs through the context block, the MTT, the bus,
-/// diagnostics, and the event block its events go to.
-struct CqWiring<'a> {
+/// What the object blocks (memory protection, CQs, SRQs) are bound to: the services, the
+/// context block and the event block their events go to.
+struct Objects<'a> {
+    services: Services<'a>,
     contexts: &'a mut Contexts,
-    translation: &'a mut TranslationCache,
-    bus: &'a mut Bus,
-    timing: &'a mut TimingModel,
-    scheduler: &'a mut Scheduler<Event>,
-    diagnostics: &'a mut DiagnosticLog,
     eqs: &'a mut EventQueues,
 }
 
-impl CqWiring<'_> {
-    /// The event block and its wiring.
+impl crate::mpt::Io for Objects<'_> {
     #[inline]
-    fn eq_io(&mut self) -> (&mut EventQueues, EqWiring<'_>) {
-        let io = EqWiring {
-            translation: self.translation,
-            bus: self.bus,
-            timing: self.timing,
-            scheduler: self.scheduler,
-            diagnostics: self.diagnostics,
-        };
-        (self.eqs, io)
+    fn read_mpt(&mut self, index: u32) -> Result<(Mpt, u64), Rejection> {
+        self.contexts.read(self.services.bus, ContextTableId::Mpt, index)
+    }
+
+    #[inline]
+    fn write_mpt(&mut self, address: u64, mpt: &Mpt) -> Result<(), Rejection> {
+        self.contexts.write(self.services.bus, address, mpt)
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.services.translate(mtr, offset)
+    }
+
+    #[inline]
+    fn bus_master(&self) -> bool {
+        self.services.bus.master()
     }
 }
 
-impl crate::cq::Io for CqWiring<'_> {
+impl crate::cq::Io for Objects<'_> {
     #[inline]
     fn read_cqc(&mut self, cqn: u32) -> Result<(Cqc, u64), Rejection> {
-        self.contexts.read(self.bus, ContextTableId::Cqc, cqn)
+        self.contexts.read(self.services.bus, ContextTableId::Cqc, cqn)
     }
 
     #[inline]
@@ -1028,26 +1062,26 @@ impl crate::cq::Io for CqWiring<'_> {
 
     #[inline]
     fn write_cqc(&mut self, address: u64, cqc: &Cqc) -> Result<(), Rejection> {
-        self.contexts.write(self.bus, address, cqc)
+        self.contexts.write(self.services.bus, address, cqc)
     }
 
     #[inline]
     fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
-        self.translation.translate_on(self.bus, mtr, offset)
+        self.services.translate(mtr, offset)
     }
 
     #[inline]
     fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
-        self.bus.read(address, buffer)
+        self.services.bus.read(address, buffer)
     }
 
     #[inline]
     fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
-        self.bus.write(address, data)
+        self.services.bus.write(address, data)
     }
 
     fn count_dma_error(&mut self) {
-        self.bus.count_error();
+        self.services.bus.count_error();
     }
 
     fn diagnose(
@@ -1058,16 +1092,8 @@ impl crate::cq::Io for CqWiring<'_> {
         value: u64,
         expected: impl Into<String>,
     ) {
-        let now = self.scheduler.now();
-        record(
-            self.diagnostics,
-            now,
-            source,
-            object.into(),
-            field,
-            value,
-            expected.into(),
-        );
+        self.services
+            .diagnose(source, object.into(), field, value, expected.into());
     }
 
     fn ceq_exists(&self, ceqn: u32) -> bool {
@@ -1080,54 +1106,51 @@ impl crate::cq::Io for CqWiring<'_> {
 
     #[inline]
     fn completion_event(&mut self, ceqn: u32, cqn: u32) {
-        let (block, mut io) = self.eq_io();
-        block.post_completion_event(&mut io, ceqn, cqn);
+        self.eqs.post_completion_event(&mut self.services.reborrow(), ceqn, cqn);
     }
 
     fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        let (block, mut io) = self.eq_io();
-        block.post_async_event(&mut io, event, sub_type, queue_number);
+        self.eqs
+            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
     }
 }
 
-impl Device {
-    /// The CQ block and its wiring.
+impl crate::srq::Io for Objects<'_> {
     #[inline]
-    fn cq_io(&mut self) -> (&mut CompletionQueues, CqWiring<'_>) {
-        let io = CqWiring {
-            contexts: &mut self.contexts,
-            translation: &mut self.translations,
-            bus: &mut self.bus,
-            timing: &mut self.timing,
-            scheduler: &mut self.scheduler,
-            diagnostics: &mut self.diagnostics,
-            eqs: &mut self.eqs,
-        };
-        (&mut self.cqs, io)
+    fn read_srqc(&mut self, srqn: u32) -> Result<(Srqc, u64), Rejection> {
+        self.contexts.read(self.services.bus, ContextTableId::Srqc, srqn)
     }
 
-    /// The event block and its wiring.
     #[inline]
-    fn eq_io(&mut self) -> (&mut EventQueues, EqWiring<'_>) {
-        let io = EqWiring {
-            translation: &mut self.translations,
-            bus: &mut self.bus,
-            timing: &mut self.timing,
-            scheduler: &mut self.scheduler,
-            diagnostics: &mut self.diagnostics,
-        };
-        (&mut self.eqs, io)
+    fn write_srqc(&mut self, address: u64, srqc: &Srqc) -> Result<(), Rejection> {
+        self.contexts.write(self.services.bus, address, srqc)
     }
 
-    /// The memory-protection block and its wiring.
     #[inline]
-    fn mpt_io(&mut self) -> (&mut MemoryProtection, MptWiring<'_>) {
-        let io = MptWiring {
-            contexts: &mut self.contexts,
-            translation: &mut self.translations,
-            bus: &mut self.bus,
-        };
-        (&mut self.mpt, io)
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.services.bus.read(address, buffer)
+    }
+
+    #[inline]
+    fn read_buffer(&mut self, mtr: &Mtr, offset: u64, buffer: &mut [u8]) -> Result<(), DmaFault> {
+        crate::mtt::read_buffer(self.services.translation, self.services.bus, mtr, offset, None, buffer)
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        self.eqs
+            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
     }
 }
 

@@ -56,7 +56,6 @@ const NOT_YET_BLOCKS: &[&str] = &[
     "firmware/mailbox.rs",
     "firmware/mod.rs",
     "qp/mod.rs",
-    "srq/mod.rs",
     "transport/completer.rs",
     "transport/dma.rs",
     "transport/mod.rs",
