@@ -24,12 +24,13 @@ use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
 use crate::mtt::{DmaFault, Mtr, MttError, TranslationCache};
 use crate::pci::{BarDescriptor, ConfigSpace};
 use crate::probe::{Observer, Port};
+use crate::qp::{DoorbellOutcome, QueuePairs, WorkQueue};
 use crate::srq::{SharedReceiveQueues, SrqWqe};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
 use crate::transport::Transport;
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::{Cqc, Eqc, Mpt, Srqc};
+use rnic_firmware_if::context::{Cqc, Eqc, Mpt, QpState, Qpc, Srqc};
 use rnic_firmware_if::cqe::Cqe;
 use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
@@ -44,6 +45,17 @@ macro_rules! services {
             timing: &mut $device.timing,
             scheduler: &mut $device.scheduler,
             diagnostics: &mut $device.diagnostics,
+        }
+    };
+}
+
+/// What the QP block of the device `$device` is bound to, borrowed field by field.
+macro_rules! qp_wiring {
+    ($device:ident) => {
+        QpWiring {
+            objects: objects!($device),
+            cqs: &mut $device.cqs,
+            srqs: &mut $device.srqs,
         }
     };
 }
@@ -149,6 +161,8 @@ pub struct Device {
     pub(crate) cqs: CompletionQueues,
     /// Shared receive queues.
     pub(crate) srqs: SharedReceiveQueues,
+    /// Queue pairs: the state machine, SQ/RQ doorbells, the flush.
+    pub(crate) qps: QueuePairs,
 }
 
 impl std::fmt::Debug for Device {
@@ -202,6 +216,7 @@ impl Device {
             translations: TranslationCache::default(),
             cqs: CompletionQueues::new(&config.caps),
             srqs: SharedReceiveQueues::new(&config.caps),
+            qps: QueuePairs::new(&config.caps),
             config,
         }
     }
@@ -232,6 +247,7 @@ impl Device {
             translations: self.translations.clone(),
             cqs: self.cqs.clone(),
             srqs: self.srqs.clone(),
+            qps: self.qps.clone(),
         }
     }
 
@@ -313,12 +329,14 @@ impl Device {
         let eq = self.eqs.counters();
         let cq = self.cqs.counters();
         let srq = self.srqs.counters();
+        let qp = self.qps.counters();
         Counters {
-            doorbells: self.counters.doorbells + eq.doorbells + cq.doorbells + srq.doorbells,
+            doorbells: self.counters.doorbells + eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
             doorbells_dropped: self.counters.doorbells_dropped
                 + eq.doorbells_dropped
                 + cq.doorbells_dropped
-                + srq.doorbells_dropped,
+                + srq.doorbells_dropped
+                + qp.doorbells_dropped,
             cqes: cq.cqes,
             eqes: eq.eqes,
             interrupts: eq.interrupts,
@@ -735,27 +753,6 @@ impl Device {
         self.translations.clear();
     }
 
-    /// Translates byte `offset` of the buffer `mtr` describes through the MTT cache;
-    /// None when bus mastering is off.
-    #[inline]
-    pub(crate) fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
-        self.translations.translate_on(&self.bus, mtr, offset)
-    }
-
-    /// Reads object `index`'s context (a QPC or CQC from the context cache, else from
-    /// host memory); returns it and its bus address.
-    #[inline]
-    pub(crate) fn read_context<L: Layout>(&mut self, table: ContextTableId, index: u32) -> Result<(L, u64), Rejection> {
-        self.contexts.read(&mut self.bus, table, index)
-    }
-
-    /// Writes a context: into the context cache when it holds the context and host
-    /// memory has taken a write there before, else to host memory.
-    #[inline]
-    pub(crate) fn write_context<L: Layout>(&mut self, address: u64, context: &L) -> Result<(), Rejection> {
-        self.contexts.write(&mut self.bus, address, context)
-    }
-
     /// Applies the QPs' recorded progress to their QPCs and writes the cached contexts
     /// that are newer than host memory back to it (see [`Contexts::write_back`]).
     pub(crate) fn write_back_contexts(&mut self) {
@@ -888,6 +885,7 @@ impl Device {
     }
 
     /// Whether CQ `cqn` exists and is valid.
+    #[cfg(test)]
     pub(crate) fn cq_is_valid(&mut self, cqn: u32) -> bool {
         self.cqs.is_valid(&mut objects!(self), cqn)
     }
@@ -925,11 +923,6 @@ impl Device {
         self.srqs.destroy(&mut objects!(self), srqn)
     }
 
-    /// Whether SRQ `srqn` exists.
-    pub(crate) fn srq_is_valid(&mut self, srqn: u32) -> bool {
-        self.srqs.is_valid(&mut objects!(self), srqn)
-    }
-
     /// The SRQ doorbell.
     pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
         self.srqs.doorbell(&mut objects!(self), srqn, producer_index);
@@ -938,6 +931,48 @@ impl Device {
     /// The next posted WQE of SRQ `srqn`, for the responder.
     pub(crate) fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
         self.srqs.take_wqe(&mut objects!(self), srqn)
+    }
+}
+
+impl Device {
+    /// MODIFY_QPC: the QP block checks and writes the context; the transport learns of
+    /// the transition; a move to ERR is then flushed (after the transport dropped its
+    /// WQEs, so the flush covers them too).
+    pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
+        let transition = self.qps.modify(&mut qp_wiring!(self), qpn, context, mask)?;
+        self.transport_qp_modified(qpn, transition.from, transition.to, &transition.qpc);
+        if transition.to == QpState::Err {
+            self.qps
+                .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
+        }
+        Ok(())
+    }
+
+    /// QUERY_QPC.
+    pub(crate) fn query_qp(&mut self, qpn: u32) -> Result<Qpc, Rejection> {
+        self.qps.query(&mut qp_wiring!(self), qpn)
+    }
+
+    /// The transport moves QP `qpn` to ERR on its own account: the QP block writes the
+    /// state, the transport drops its WQEs, the QP block flushes.
+    pub(crate) fn qp_enter_error(&mut self, qpn: u32) {
+        let Some(transition) = self.qps.enter_error(&mut qp_wiring!(self), qpn) else {
+            return;
+        };
+        self.transport_qp_modified(qpn, transition.from, QpState::Err, &transition.qpc);
+        self.qps
+            .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
+    }
+
+    /// An SQ or RQ doorbell: the QP block checks it; what it moved goes to the transport
+    /// (or, for a QP in ERR, is flushed).
+    pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
+        match self.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
+            DoorbellOutcome::Done => {}
+            DoorbellOutcome::Flush { address, qpc } => self.qps.flush(&mut qp_wiring!(self), qpn, address, *qpc),
+            DoorbellOutcome::SendQueue(producer_index) => self.transport_sq_doorbell(qpn, producer_index),
+            DoorbellOutcome::ReceiveQueue(producer_index) => self.transport_rq_doorbell(qpn, producer_index),
+        }
     }
 }
 
@@ -1022,6 +1057,79 @@ struct Objects<'a> {
     services: Services<'a>,
     contexts: &'a mut Contexts,
     eqs: &'a mut EventQueues,
+}
+
+impl Objects<'_> {
+    /// The same borrows, for a call into a block below.
+    #[inline]
+    fn reborrow(&mut self) -> Objects<'_> {
+        Objects {
+            services: self.services.reborrow(),
+            contexts: self.contexts,
+            eqs: self.eqs,
+        }
+    }
+}
+
+/// What the QP block is bound to: the object blocks' wiring, and the CQ and SRQ blocks
+/// it asks and feeds.
+struct QpWiring<'a> {
+    objects: Objects<'a>,
+    cqs: &'a mut CompletionQueues,
+    srqs: &'a mut SharedReceiveQueues,
+}
+
+impl crate::qp::Io for QpWiring<'_> {
+    #[inline]
+    fn read_qpc(&mut self, qpn: u32) -> Result<(Qpc, u64), Rejection> {
+        self.objects
+            .contexts
+            .read(self.objects.services.bus, ContextTableId::Qpc, qpn)
+    }
+
+    #[inline]
+    fn write_qpc(&mut self, address: u64, qpc: &Qpc) -> Result<(), Rejection> {
+        self.objects.contexts.write(self.objects.services.bus, address, qpc)
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.objects.services.translate(mtr, offset)
+    }
+
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.objects.services.bus.read(address, buffer)
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.objects
+            .services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    fn cq_is_valid(&mut self, cqn: u32) -> bool {
+        self.cqs.is_valid(&mut self.objects.reborrow(), cqn)
+    }
+
+    fn srq_is_valid(&mut self, srqn: u32) -> bool {
+        self.srqs.is_valid(&mut self.objects.reborrow(), srqn)
+    }
+
+    fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
+        let _ = self.cqs.post_cqe(&mut self.objects.reborrow(), cqn, cqe, solicited);
+    }
+
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        crate::cq::Io::async_event(&mut self.objects, event, sub_type, queue_number);
+    }
 }
 
 impl crate::mpt::Io for Objects<'_> {

@@ -55,7 +55,6 @@ const NOT_YET_BLOCKS: &[&str] = &[
     "firmware/cmdq.rs",
     "firmware/mailbox.rs",
     "firmware/mod.rs",
-    "qp/mod.rs",
     "transport/completer.rs",
     "transport/dma.rs",
     "transport/mod.rs",
