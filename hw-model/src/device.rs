@@ -10,26 +10,30 @@ use std::sync::Arc;
 use rnic_firmware_if::doorbell::{DB_OFFSET, EQ_DB_OFFSET};
 use rnic_firmware_if::regs;
 
+use crate::bus::Bus;
+use crate::command::Rejection;
 use crate::config::DeviceConfig;
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
-use crate::eq::EventQueues;
+use crate::eq::{EqKind, EventQueues};
 use crate::fast_hash::FastHashMap;
-use crate::firmware::Rejection;
 use crate::firmware::{CommandQueue, Firmware};
-use crate::hem::{ContextCache, ContextTable};
+use crate::hem::Contexts;
 use crate::interrupt::InterruptSink;
-use crate::memory::{AccessKind, HostMemory, MemoryError};
+use crate::memory::{HostMemory, MemoryError};
+use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
 use crate::mtt::{Mtr, MttError, TranslationCache};
-use crate::pci::{BarDescriptor, ConfigSpace, MsixTable};
+use crate::pci::{BarDescriptor, ConfigSpace};
+use crate::probe::{Observer, Port};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
 use crate::transport::Transport;
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::Mpt;
+use rnic_firmware_if::context::{Eqc, Mpt};
+use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
 
 /// Something the device will do at a virtual instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Event {
     /// Process the command queue up to the producer index.
     CommandQueue,
@@ -38,12 +42,7 @@ pub(crate) enum Event {
     /// A function reset finishes.
     ResetDone,
     /// An EQ's coalescing period expired: raise its interrupt if entries are pending.
-    EqCoalesceTimer {
-        /// EQ number.
-        eqn: u32,
-        /// Generation of the timer, to ignore timers superseded by an earlier interrupt.
-        generation: u64,
-    },
+    Eq(crate::eq::Timer),
     /// The port finished serialising a frame and may start the next (transport).
     TransportTx,
     /// Received frames leave the receive pipeline for the engines (transport).
@@ -85,38 +84,27 @@ pub struct Counters {
     pub dma_errors: u64,
 }
 
-/// Control registers of BAR0 that are not part of a sub-engine.
+/// Control registers of BAR0 that are not part of a block.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ControlRegisters {
-    pub abnormal_config: u32,
-    pub abnormal_status: u32,
-    pub abnormal_enable: u32,
-    pub event_enable: Vec<bool>,
+    /// A function reset is in progress.
     pub resetting: bool,
+    /// The firmware hit a fatal error (FUNCTION_STATUS.FATAL).
     pub fatal: bool,
-}
-
-/// The context tables kept in host memory (HEM).
-#[derive(Debug, Clone)]
-pub(crate) struct ContextTables {
-    pub qpc: ContextTable,
-    pub mpt: ContextTable,
-    pub cqc: ContextTable,
-    pub srqc: ContextTable,
 }
 
 /// One rnic device (one PCI function).
 pub struct Device {
     pub(crate) config: DeviceConfig,
     pub(crate) scheduler: Scheduler<Event>,
-    pub(crate) memory: Arc<dyn HostMemory>,
-    pub(crate) interrupts: Box<dyn InterruptSink>,
+    /// Host memory behind the bus-master gate: every DMA access.
+    pub(crate) bus: Bus,
     pub(crate) config_space: ConfigSpace,
-    pub(crate) msix: MsixTable,
     pub(crate) registers: ControlRegisters,
     pub(crate) cmdq: CommandQueue,
     pub(crate) firmware: Firmware,
-    pub(crate) tables: ContextTables,
+    /// The context tables, their write-back QPC/CQC cache and the recorded QP progress.
+    pub(crate) contexts: Contexts,
     pub(crate) eqs: EventQueues,
     /// The RoCEv2 transport engines and the port.
     pub(crate) transport: Transport,
@@ -126,16 +114,10 @@ pub struct Device {
     pub(crate) doorbell_latch: Vec<[Option<u32>; 2]>,
     pub(crate) diagnostics: DiagnosticLog,
     pub(crate) counters: Counters,
-    /// MPT index → the context as last read from host memory, forgotten with the context
-    /// tables' remembered addresses (see [`Device::forget_context_caches`]) and when the
-    /// device itself changes an MPT: the hns MPT cache.
-    pub(crate) mpt_cache: FastHashMap<u32, crate::mpt::CheckedMpt>,
+    /// Memory protection: the MPT cache and the access checks.
+    pub(crate) mpt: MemoryProtection,
     /// The MTT cache: page translations, forgotten with the MPT cache.
     pub(crate) translations: TranslationCache,
-    /// The QPC and CQC cache (hns keeps both on chip): contexts the device read, written
-    /// back to host memory lazily, before anything can look at host memory's copy (see
-    /// [`Device::write_back_contexts`]).
-    pub(crate) context_cache: ContextCache,
     /// CQN → the CQ's context address and CQE buffer translation, forgotten with the
     /// context cache and at CREATE/DESTROY_CQC (see `cq`).
     pub(crate) cq_buffers: FastHashMap<u32, crate::cq::CqBuffer>,
@@ -145,7 +127,7 @@ impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
             .field("now", &self.scheduler.now())
-            .field("counters", &self.counters)
+            .field("counters", &self.counters())
             .finish_non_exhaustive()
     }
 }
@@ -169,45 +151,29 @@ impl Device {
             },
         ];
         let config_space = ConfigSpace::new(config.identity, &bars, vectors);
-        let tables = Self::context_tables_for(&config);
-        let eqs = EventQueues::new(&config.caps);
+        let mut bus = Bus::new(memory);
+        bus.set_master(config_space.bus_master_enabled());
+        let mut eqs = EventQueues::new(&config.caps, vectors, interrupts);
+        eqs.set_msix_control(config_space.msix_enabled(), config_space.msix_function_masked());
         let pages = config.doorbell_pages.max(1) as usize;
         Self {
             scheduler: Scheduler::new(),
-            memory,
-            interrupts,
+            bus,
             config_space,
-            msix: MsixTable::new(vectors),
-            registers: ControlRegisters {
-                event_enable: vec![false; regs::MAX_EVENT_INT_ENABLES as usize],
-                ..Default::default()
-            },
+            registers: ControlRegisters::default(),
             cmdq: CommandQueue::default(),
             firmware: Firmware::new(&config),
-            tables,
+            contexts: Contexts::new(&config),
             eqs,
             transport: Transport::new(),
             timing: TimingModel::new(config.timing),
             doorbell_latch: vec![[None; 2]; pages],
             diagnostics: DiagnosticLog::default(),
             counters: Counters::default(),
-            mpt_cache: FastHashMap::default(),
+            mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
             translations: TranslationCache::default(),
-            context_cache: ContextCache::default(),
             cq_buffers: FastHashMap::default(),
             config,
-        }
-    }
-
-    pub(crate) fn context_tables_for(config: &DeviceConfig) -> ContextTables {
-        use rnic_firmware_if::context::{CQC_SIZE, MPT_SIZE, QPC_SIZE, SRQC_SIZE};
-        let caps = &config.caps;
-        let slots = &config.bt_slots;
-        ContextTables {
-            qpc: ContextTable::new("QPC", QPC_SIZE as u64, caps.num_qps, slots.qpc as usize),
-            mpt: ContextTable::new("MPT", MPT_SIZE as u64, caps.num_mtpts, slots.mpt as usize),
-            cqc: ContextTable::new("CQC", CQC_SIZE as u64, caps.num_cqs, slots.cqc as usize),
-            srqc: ContextTable::new("SRQC", SRQC_SIZE as u64, caps.num_srqs, slots.srqc as usize),
         }
     }
 
@@ -215,28 +181,26 @@ impl Device {
     /// pending events, virtual time — that DMAs into the same host memory and signals
     /// `interrupts`. Host memory is not the device's, so it is not copied: a caller that
     /// wants to return to this moment restores it. Fuzzers bring a device up once and
-    /// fork it for each input instead of bringing it up again.
+    /// fork it for each input instead of bringing it up again. Observers stay with the
+    /// original.
     pub fn fork(&self, interrupts: Box<dyn InterruptSink>) -> Device {
         Device {
             config: self.config.clone(),
             scheduler: self.scheduler.clone(),
-            memory: self.memory.clone(),
-            interrupts,
+            bus: self.bus.fork(),
             config_space: self.config_space.clone(),
-            msix: self.msix.clone(),
             registers: self.registers.clone(),
             cmdq: self.cmdq.clone(),
             firmware: self.firmware.clone(),
-            tables: self.tables.clone(),
-            eqs: self.eqs.clone(),
+            contexts: self.contexts.clone(),
+            eqs: self.eqs.fork(interrupts),
             transport: self.transport.clone(),
             timing: self.timing.clone(),
             doorbell_latch: self.doorbell_latch.clone(),
             diagnostics: self.diagnostics.clone(),
             counters: self.counters,
-            mpt_cache: self.mpt_cache.clone(),
+            mpt: self.mpt.clone(),
             translations: self.translations.clone(),
-            context_cache: self.context_cache.clone(),
             cq_buffers: self.cq_buffers.clone(),
         }
     }
@@ -265,10 +229,12 @@ impl Device {
             self.run_due_events(t);
         }
         self.scheduler.advance_to(t);
+        self.bus.set_now(self.scheduler.now());
     }
 
     fn run_due_events(&mut self, t: Picoseconds) {
         while let Some(event) = self.scheduler.pop_due(t) {
+            self.bus.set_now(self.scheduler.now());
             self.run_event(event);
         }
     }
@@ -292,7 +258,10 @@ impl Device {
             Event::ResetDone => {
                 self.registers.resetting = false;
             }
-            Event::EqCoalesceTimer { eqn, generation } => self.eq_coalesce_timer(eqn, generation),
+            Event::Eq(timer) => {
+                let (block, mut io) = self.eq_io();
+                block.coalesce_timer(&mut io, timer);
+            }
             Event::TransportTx => self.transport_tx_event(),
             Event::TransportRx => self.transport_rx_event(),
             Event::AckTimer { qpn, generation } => self.ack_timer_event(qpn, generation),
@@ -312,7 +281,23 @@ impl Device {
 
     /// Counters since power-on.
     pub fn counters(&self) -> Counters {
-        self.counters
+        let eq = self.eqs.counters();
+        Counters {
+            doorbells: self.counters.doorbells + eq.doorbells,
+            doorbells_dropped: self.counters.doorbells_dropped + eq.doorbells_dropped,
+            eqes: eq.eqes,
+            interrupts: eq.interrupts,
+            dma_errors: self.bus.errors(),
+            ..self.counters
+        }
+    }
+
+    /// Puts `observer` on `port` (None takes it off) and returns the observer it replaces:
+    /// from then on it sees every transaction crossing that port (see [`crate::probe`]).
+    pub fn attach_observer(&mut self, port: Port, observer: Option<Box<dyn Observer>>) -> Option<Box<dyn Observer>> {
+        match port {
+            Port::Bus => self.bus.probe_mut().attach(observer),
+        }
     }
 
     /// The diagnostic log.
@@ -333,12 +318,7 @@ impl Device {
     /// Number of valid objects per context table (QP, MPT, CQ, SRQ), read from host
     /// memory; used by leak tests and `query` tools.
     pub fn context_table_slots_in_use(&self) -> [usize; 4] {
-        [
-            self.tables.qpc.valid_l0_slots(),
-            self.tables.mpt.valid_l0_slots(),
-            self.tables.cqc.valid_l0_slots(),
-            self.tables.srqc.valid_l0_slots(),
-        ]
+        self.contexts.slots_in_use()
     }
 
     pub(crate) fn diagnose(
@@ -362,60 +342,20 @@ impl Device {
     // ---- DMA gate -------------------------------------------------------------------
 
     /// DMA read, refused unless bus mastering is enabled.
+    #[inline]
     pub(crate) fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
-        let result = if self.config_space.bus_master_enabled() {
-            self.memory.read(address, buffer)
-        } else {
-            Err(MemoryError::Permission {
-                kind: AccessKind::Read,
-                address,
-            })
-        };
-        if result.is_err() {
-            self.counters.dma_errors += 1;
-        }
-        result
+        self.bus.read(address, buffer)
     }
 
     /// DMA write, refused unless bus mastering is enabled.
+    #[inline]
     pub(crate) fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
-        let result = if self.config_space.bus_master_enabled() {
-            self.memory.write(address, data)
-        } else {
-            Err(MemoryError::Permission {
-                kind: AccessKind::Write,
-                address,
-            })
-        };
-        if result.is_err() {
-            self.counters.dma_errors += 1;
-        }
-        result
-    }
-
-    /// Host memory as seen by DMA, when bus mastering is on.
-    pub(crate) fn dma_memory(&self) -> Option<&dyn HostMemory> {
-        self.config_space
-            .bus_master_enabled()
-            .then_some(&*self.memory as &dyn HostMemory)
-    }
-
-    // ---- interrupts -----------------------------------------------------------------
-
-    /// Signals MSI-X `vector` (pending if masked).
-    pub(crate) fn signal_vector(&mut self, vector: u16) {
-        self.counters.interrupts += 1;
-        let enabled = self.config_space.msix_enabled();
-        let masked = self.config_space.msix_function_masked();
-        self.msix.signal(vector, enabled, masked, &mut *self.interrupts);
+        self.bus.write(address, data)
     }
 
     /// Sets abnormal status bits and raises the abnormal vector if enabled.
     pub(crate) fn raise_abnormal(&mut self, bits: u32) {
-        self.registers.abnormal_status |= bits;
-        if self.registers.abnormal_config & 1 != 0 && self.registers.abnormal_enable & bits != 0 {
-            self.signal_vector(regs::ABNORMAL_VECTOR);
-        }
+        self.eqs.raise_abnormal(bits);
     }
 
     // ---- configuration space --------------------------------------------------------
@@ -429,12 +369,12 @@ impl Device {
     pub fn config_write(&mut self, offset: usize, data: &[u8]) {
         // The write may turn bus mastering off: the cached contexts go back first.
         self.drop_context_cache();
-        let was_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
         self.config_space.write(offset, data);
-        let now_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
-        if was_masked && !now_masked {
-            self.msix.function_unmasked(&mut *self.interrupts);
-        }
+        self.bus.set_master(self.config_space.bus_master_enabled());
+        self.eqs.set_msix_control(
+            self.config_space.msix_enabled(),
+            self.config_space.msix_function_masked(),
+        );
     }
 
     // ---- BARs -----------------------------------------------------------------------
@@ -458,7 +398,7 @@ impl Device {
             regs::CONTROL_BAR => self.control_read(offset, data),
             // Doorbells are write-only; their pages read as zero, like hns's.
             regs::DOORBELL_BAR => data.fill(0),
-            regs::MSIX_BAR => self.msix.read(offset, data),
+            regs::MSIX_BAR => self.eqs.read_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -484,11 +424,7 @@ impl Device {
         match bar {
             regs::CONTROL_BAR => self.control_write(offset, data),
             regs::DOORBELL_BAR => self.doorbell_page_write(offset, data),
-            regs::MSIX_BAR => {
-                let enabled = self.config_space.msix_enabled();
-                let masked = self.config_space.msix_function_masked();
-                self.msix.write(offset, data, enabled, masked, &mut *self.interrupts);
-            }
+            regs::MSIX_BAR => self.eqs.write_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -561,15 +497,15 @@ impl Device {
             regs::CSQ_DEPTH => self.cmdq.depth_register,
             regs::CSQ_PRODUCER_INDEX => self.cmdq.producer_index,
             regs::CSQ_CONSUMER_INDEX => self.cmdq.consumer_index,
-            regs::ABNORMAL_INT_CONFIG => self.registers.abnormal_config,
-            regs::ABNORMAL_INT_STATUS => self.registers.abnormal_status,
-            regs::ABNORMAL_INT_ENABLE => self.registers.abnormal_enable,
+            regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
+                self.eqs.read_abnormal(offset)
+            }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
-                let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as usize;
-                self.registers.event_enable[eqn] as u32
+                let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
+                self.eqs.read_interrupt_enable(eqn)
             }
             _ => {
                 self.diagnose(
@@ -606,18 +542,16 @@ impl Device {
             | regs::CSQ_DEPTH
             | regs::CSQ_PRODUCER_INDEX
             | regs::CSQ_CONSUMER_INDEX => self.command_queue_register_write(offset, value),
-            regs::ABNORMAL_INT_CONFIG => self.registers.abnormal_config = value,
-            regs::ABNORMAL_INT_STATUS => self.registers.abnormal_status &= !value,
-            regs::ABNORMAL_INT_ENABLE => self.registers.abnormal_enable = value,
+            regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
+                self.eqs.write_abnormal(offset, value)
+            }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                self.registers.event_enable[eqn as usize] = value & 1 != 0;
-                if value & 1 != 0 {
-                    self.eq_interrupt_enabled(eqn);
-                }
+                let (block, mut io) = self.eq_io();
+                block.write_interrupt_enable(&mut io, eqn, value);
             }
             o => {
                 let known = regs::REGISTERS.iter().find(|r| r.offset == o);
@@ -650,15 +584,13 @@ impl Device {
         self.scheduler.clear();
         self.cmdq = CommandQueue::default();
         self.firmware = Firmware::new(&self.config);
-        self.tables = Self::context_tables_for(&self.config);
-        self.mpt_cache.clear();
+        self.contexts.clear_tables(&self.config);
+        self.mpt.forget();
         self.translations.clear();
-        self.eqs = EventQueues::new(&self.config.caps);
+        self.eqs.reset();
         self.transport = Transport::new();
         self.timing = TimingModel::new(self.config.timing);
-        let event_enables = self.registers.event_enable.len();
         self.registers = ControlRegisters {
-            event_enable: vec![false; event_enables],
             resetting: true,
             ..Default::default()
         };
@@ -759,141 +691,275 @@ impl Device {
 // ---- context access (host memory is the truth) ---------------------------------------
 
 impl Device {
-    fn table(&self, table: ContextTableId) -> &ContextTable {
-        match table {
-            ContextTableId::Qpc => &self.tables.qpc,
-            ContextTableId::Mpt => &self.tables.mpt,
-            ContextTableId::Cqc => &self.tables.cqc,
-            ContextTableId::Srqc => &self.tables.srqc,
-        }
-    }
-
-    /// Bus address of object `index` in `table`.
-    pub(crate) fn context_address(&mut self, table: ContextTableId, index: u32) -> Result<u64, Rejection> {
-        let context_table = self.table(table);
-        if index >= context_table.object_count() {
-            return Err(Rejection::index(index as u64, context_table.object_count() as u64));
-        }
-        if !self.config_space.bus_master_enabled() {
-            return Err(Rejection::dma("context", 0, "bus mastering is disabled"));
-        }
-        let memory = &*self.memory;
-        let context_table = match table {
-            ContextTableId::Qpc => &mut self.tables.qpc,
-            ContextTableId::Mpt => &mut self.tables.mpt,
-            ContextTableId::Cqc => &mut self.tables.cqc,
-            ContextTableId::Srqc => &mut self.tables.srqc,
-        };
-        let result = context_table.locate_cached(memory, index);
-        result.map_err(|e| Rejection::no_table("context table", index as u64, e))
-    }
-
     /// Forgets the object addresses the context tables remember, the cached MPTs and the
     /// cached page translations: the driver may have changed host BT pages or contexts
     /// before any command or mailbox (see `hem`).
     pub(crate) fn forget_context_caches(&mut self) {
-        self.drop_context_cache();
-        self.tables.qpc.forget_locations();
-        self.tables.mpt.forget_locations();
-        self.tables.cqc.forget_locations();
-        self.tables.srqc.forget_locations();
-        self.mpt_cache.clear();
+        self.contexts.forget(&mut self.bus);
+        self.cq_buffers.clear();
+        self.mpt.forget();
         self.translations.clear();
     }
 
     /// Translates byte `offset` of the buffer `mtr` describes through the MTT cache;
     /// None when bus mastering is off.
+    #[inline]
     pub(crate) fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
-        if !self.config_space.bus_master_enabled() {
-            return None;
-        }
-        Some(self.translations.translate(&*self.memory, mtr, offset))
-    }
-
-    /// MPT `index`, from the MPT cache or else read from host memory (and then cached).
-    /// With bus mastering off it fails as the read would, cached or not.
-    pub(crate) fn cached_mpt(&mut self, index: u32) -> Result<crate::mpt::CheckedMpt, Rejection> {
-        if self.config_space.bus_master_enabled() {
-            if let Some(mpt) = self.mpt_cache.get(&index) {
-                return Ok(*mpt);
-            }
-        }
-        let mpt = crate::mpt::CheckedMpt::decode(&self.read_context::<Mpt>(ContextTableId::Mpt, index)?.0);
-        if self.mpt_cache.len() >= crate::hem::LOCATION_CACHE_CAPACITY {
-            self.mpt_cache.clear();
-        }
-        self.mpt_cache.insert(index, mpt);
-        Ok(mpt)
+        self.translations.translate_on(&self.bus, mtr, offset)
     }
 
     /// Reads object `index`'s context (a QPC or CQC from the context cache, else from
     /// host memory); returns it and its bus address.
+    #[inline]
     pub(crate) fn read_context<L: Layout>(&mut self, table: ContextTableId, index: u32) -> Result<(L, u64), Rejection> {
-        if table == ContextTableId::Qpc && !self.transport.qpc_progress.is_empty() {
-            // Whoever reads a QPC sees the engines' recorded progress in it.
-            self.apply_qpc_progress(index);
-        }
-        let address = self.context_address(table, index)?;
-        let mut context = L::zeroed();
-        let cached = matches!(table, ContextTableId::Qpc | ContextTableId::Cqc);
-        if cached {
-            if let Some(bytes) = self.context_cache.lookup(address, L::SIZE) {
-                context.bytes_mut().copy_from_slice(bytes);
-                return Ok((context, address));
-            }
-        }
-        self.dma_read(address, context.bytes_mut())
-            .map_err(|e| Rejection::dma("context", address, e))?;
-        if cached {
-            if self.context_cache.is_full() {
-                // Recorded QP progress stays recorded: it is applied through this cache.
-                self.write_back_dirty_contexts();
-                self.context_cache.clear();
-            }
-            self.context_cache.fill(address, context.bytes());
-        }
-        Ok((context, address))
+        self.contexts.read(&mut self.bus, table, index)
     }
 
     /// Writes a context: into the context cache when it holds the context and host
     /// memory has taken a write there before, else to host memory.
+    #[inline]
     pub(crate) fn write_context<L: Layout>(&mut self, address: u64, context: &L) -> Result<(), Rejection> {
-        // The cache is empty while bus mastering is off (see `config_write`).
-        if self.context_cache.absorb(address, context.bytes()) {
-            return Ok(());
-        }
-        self.dma_write(address, context.bytes())
-            .map_err(|e| Rejection::dma("context", address, e))?;
-        self.context_cache.written_through(address, context.bytes());
-        Ok(())
+        self.contexts.write(&mut self.bus, address, context)
     }
 
-    /// Applies the QPs' recorded progress to their QPCs, then writes the cached contexts
-    /// that are newer than host memory back to it: before a
-    /// firmware command or mailbox runs and before it completes, before a configuration
-    /// write (which may end bus mastering), before a function reset, and when the cache
-    /// is full. A write-back that fails is counted as a DMA error.
+    /// Applies the QPs' recorded progress to their QPCs and writes the cached contexts
+    /// that are newer than host memory back to it (see [`Contexts::write_back`]).
     pub(crate) fn write_back_contexts(&mut self) {
-        self.apply_all_qpc_progress();
-        self.write_back_dirty_contexts();
+        self.contexts.write_back(&mut self.bus);
     }
 
-    /// Writes the cached contexts back ([`Self::write_back_contexts`]) and forgets them
-    /// with the CQ buffer records that lean on them.
+    /// Writes the cached contexts back and forgets them with the CQ buffer records that
+    /// lean on them.
     fn drop_context_cache(&mut self) {
-        self.write_back_contexts();
-        self.context_cache.clear();
+        self.contexts.drop_cache(&mut self.bus);
         self.cq_buffers.clear();
     }
+}
 
-    /// Writes the dirty cached contexts back to host memory.
-    fn write_back_dirty_contexts(&mut self) {
-        if !self.context_cache.has_dirty() {
-            return;
-        }
-        for (address, bytes) in self.context_cache.take_dirty() {
-            let _ = self.dma_write(address, &bytes);
-        }
+// ---- requests routed to the blocks ----------------------------------------------------------
+
+impl Device {
+    /// CREATE_MPT.
+    pub(crate) fn create_mpt(&mut self, index: u32, mpt: Mpt) -> Result<(), Rejection> {
+        let (block, mut io) = self.mpt_io();
+        block.create(&mut io, index, mpt)
+    }
+
+    /// DESTROY_MPT.
+    pub(crate) fn destroy_mpt(&mut self, index: u32) -> Result<(), Rejection> {
+        let (block, mut io) = self.mpt_io();
+        block.destroy(&mut io, index)
+    }
+
+    /// QUERY_MPT.
+    pub(crate) fn query_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
+        let (block, mut io) = self.mpt_io();
+        block.query(&mut io, index)
+    }
+
+    /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in
+    /// `pd` needing `needed`, and returns how to translate it (the memory-protection
+    /// block's access check).
+    #[inline]
+    pub fn check_memory_access(
+        &mut self,
+        key: u32,
+        pd: u32,
+        address: u64,
+        length: u64,
+        needed: MrAccess,
+    ) -> Result<MrTranslation, MrAccessError> {
+        let (block, mut io) = self.mpt_io();
+        block.check_access(&mut io, key, pd, address, length, needed)
+    }
+
+    /// SEND with invalidate: the region of `rkey` in PD `pd` becomes FREE.
+    pub(crate) fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
+        let (block, mut io) = self.mpt_io();
+        block.invalidate(&mut io, rkey, pd)
+    }
+}
+
+impl Device {
+    /// CREATE_CEQC / CREATE_AEQC.
+    pub(crate) fn create_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc) -> Result<(), Rejection> {
+        self.eqs.create(eqn, kind, eqc)
+    }
+
+    /// MODIFY_CEQC / MODIFY_AEQC.
+    pub(crate) fn modify_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
+        let (block, mut io) = self.eq_io();
+        block.modify(&mut io, eqn, kind, eqc, mask)
+    }
+
+    /// QUERY_CEQC / QUERY_AEQC.
+    pub(crate) fn query_eq(&mut self, eqn: u32, kind: EqKind) -> Result<Eqc, Rejection> {
+        self.eqs.query(eqn, kind)
+    }
+
+    /// DESTROY_CEQC / DESTROY_AEQC.
+    pub(crate) fn destroy_eq(&mut self, eqn: u32, kind: EqKind) -> Result<(), Rejection> {
+        self.eqs.destroy(eqn, kind)
+    }
+
+    /// A CEQE for CQ `cqn` on CEQ `ceqn`.
+    pub(crate) fn post_completion_event(&mut self, ceqn: u32, cqn: u32) {
+        let (block, mut io) = self.eq_io();
+        block.post_completion_event(&mut io, ceqn, cqn);
+    }
+
+    /// An AEQE.
+    pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        let (block, mut io) = self.eq_io();
+        block.post_async_event(&mut io, event, sub_type, queue_number);
+    }
+
+    /// A mailbox-completion AEQE.
+    pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
+        let (block, mut io) = self.eq_io();
+        block.post_mailbox_event(&mut io, token, status, out_param);
+    }
+
+    /// The EQ doorbell.
+    pub(crate) fn eq_doorbell(&mut self, word: u64) {
+        let (block, mut io) = self.eq_io();
+        block.doorbell(&mut io, word);
+    }
+
+    /// MSI-X vector of EQ `eqn`.
+    #[cfg(test)]
+    pub(crate) fn eq_vector(&self, eqn: u32) -> u16 {
+        self.eqs.vector(eqn)
+    }
+
+    /// Number of created EQs (for the device's resource accounting and leak checks).
+    pub fn active_eq_count(&self) -> usize {
+        self.eqs.active_count()
+    }
+}
+
+// ---- wiring: each block's Io bound to the blocks and services that serve it -------------------
+
+/// The memory-protection block's ports: the MPT table of the context block, the MTT and
+/// the bus.
+struct MptWiring<'a> {
+    contexts: &'a mut Contexts,
+    translation: &'a mut TranslationCache,
+    bus: &'a mut Bus,
+}
+
+impl crate::mpt::Io for MptWiring<'_> {
+    #[inline]
+    fn read_mpt(&mut self, index: u32) -> Result<(Mpt, u64), Rejection> {
+        self.contexts.read(self.bus, ContextTableId::Mpt, index)
+    }
+
+    #[inline]
+    fn write_mpt(&mut self, address: u64, mpt: &Mpt) -> Result<(), Rejection> {
+        self.contexts.write(self.bus, address, mpt)
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.translation.translate_on(self.bus, mtr, offset)
+    }
+
+    #[inline]
+    fn bus_master(&self) -> bool {
+        self.bus.master()
+    }
+}
+
+/// The event block's ports: the MTT and the bus for EQEs, the timing model, the
+/// scheduler for its coalescing timers, diagnostics.
+struct EqWiring<'a> {
+    translation: &'a mut TranslationCache,
+    bus: &'a mut Bus,
+    timing: &'a mut TimingModel,
+    scheduler: &'a mut Scheduler<Event>,
+    diagnostics: &'a mut DiagnosticLog,
+}
+
+impl crate::eq::Io for EqWiring<'_> {
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.translation.translate_on(self.bus, mtr, offset)
+    }
+
+    #[inline]
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.bus.write(address, data)
+    }
+
+    fn count_dma_error(&mut self) {
+        self.bus.count_error();
+    }
+
+    #[inline]
+    fn timing(&mut self) -> &mut TimingModel {
+        self.timing
+    }
+
+    fn schedule_in(&mut self, delay: Picoseconds, timer: crate::eq::Timer) {
+        self.scheduler.schedule_in(delay, Event::Eq(timer));
+    }
+
+    fn diagnose(&mut self, source: Source, object: String, field: &'static str, value: u64, expected: String) {
+        record(
+            self.diagnostics,
+            self.scheduler.now(),
+            source,
+            object,
+            field,
+            value,
+            expected,
+        );
+    }
+}
+
+/// Records a diagnostic at `now`.
+fn record(
+    log: &mut DiagnosticLog,
+    now: Picoseconds,
+    source: Source,
+    object: String,
+    field: &'static str,
+    value: u64,
+    expected: String,
+) {
+    log.record(Diagnostic {
+        time_ps: now.0,
+        source,
+        object,
+        field,
+        value,
+        expected,
+    });
+}
+
+impl Device {
+    /// The event block and its wiring.
+    #[inline]
+    fn eq_io(&mut self) -> (&mut EventQueues, EqWiring<'_>) {
+        let io = EqWiring {
+            translation: &mut self.translations,
+            bus: &mut self.bus,
+            timing: &mut self.timing,
+            scheduler: &mut self.scheduler,
+            diagnostics: &mut self.diagnostics,
+        };
+        (&mut self.eqs, io)
+    }
+
+    /// The memory-protection block and its wiring.
+    #[inline]
+    fn mpt_io(&mut self) -> (&mut MemoryProtection, MptWiring<'_>) {
+        let io = MptWiring {
+            contexts: &mut self.contexts,
+            translation: &mut self.translations,
+            bus: &mut self.bus,
+        };
+        (&mut self.mpt, io)
     }
 }
 

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod fuzzing;
 pub mod harness;
 pub mod pcap;
 pub mod perftest;

@@ -27,10 +27,10 @@ use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::mtr::{page_shift_from_field, MAX_HOP};
 
+use crate::command::Rejection;
 use crate::device::Device;
 use crate::diagnostics::Source;
 use crate::eq::{buffer_mtr, EqKind, INDEX_MASK};
-use crate::firmware::Rejection;
 use crate::memory::MemoryError;
 use crate::mtt::{Mtr, MttError, MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
 
@@ -138,7 +138,7 @@ impl Device {
     fn completion_cq_context(&mut self, cqn: u32) -> Result<(Cqc, u64, Option<Mtr>), Rejection> {
         if let Some(buffer) = self.cq_buffers.get(&cqn) {
             // The buffers are forgotten whenever bus mastering may have gone off.
-            if let Some(bytes) = self.context_cache.lookup(buffer.context_address, Cqc::SIZE) {
+            if let Some(bytes) = self.contexts.cached(buffer.context_address, Cqc::SIZE) {
                 let mut cqc = Cqc::zeroed();
                 cqc.bytes_mut().copy_from_slice(bytes);
                 return Ok((cqc, buffer.context_address, Some(buffer.mtr)));
@@ -277,7 +277,7 @@ impl Device {
             ));
         }
         let merged =
-            crate::firmware::merge_modifiable(&current, &cqc, &mask, &[Cqc::CQ_MAX_CNT, Cqc::CQ_PERIOD], "MODIFY_CQC")?;
+            crate::command::merge_modifiable(&current, &cqc, &mask, &[Cqc::CQ_MAX_CNT, Cqc::CQ_PERIOD], "MODIFY_CQC")?;
         let mut context = current;
         context.set_moderation_count(merged.moderation_count());
         context.set_moderation_period(merged.moderation_period());
@@ -530,7 +530,7 @@ impl Device {
             Some(Ok(address)) => address,
             Some(Err(error)) => {
                 if matches!(error, MttError::BtUnreachable { .. }) {
-                    self.counters.dma_errors += 1;
+                    self.bus.count_error();
                 }
                 return Err(self.cq_access_error(
                     cqn,

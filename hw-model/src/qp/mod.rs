@@ -15,9 +15,9 @@ use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::mtr::{page_shift_from_field, MtrRegion, QpBufferLayout};
 use rnic_firmware_if::wqe::SQ_WQE_SIZE;
 
+use crate::command::Rejection;
 use crate::device::Device;
 use crate::diagnostics::Source;
-use crate::firmware::Rejection;
 use crate::mtt::{Mtr, MttError};
 
 /// Which work queue of a QP.
@@ -27,7 +27,7 @@ pub(crate) enum WorkQueue {
     Receive,
 }
 
-pub(crate) use crate::firmware::merge_under_mask;
+pub(crate) use crate::command::merge_under_mask;
 
 fn log2_floor(value: u32) -> u32 {
     31 - value.max(1).leading_zeros()

@@ -6,10 +6,10 @@ use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::mtr::page_shift_from_field;
 
+use crate::command::merge_modifiable;
+use crate::command::Rejection;
 use crate::device::Device;
 use crate::diagnostics::Source;
-use crate::firmware::merge_modifiable;
-use crate::firmware::Rejection;
 use crate::mtt::Mtr;
 
 /// SRQ_ST value of a valid SRQ.

@@ -111,10 +111,9 @@ impl Device {
     /// Host memory for DMA, or an error when bus mastering is off. The `Arc` clone lets a
     /// translation walk borrow the memory while the device records the accesses.
     fn dma_host(&self) -> Result<Arc<dyn HostMemory>, TransferError> {
-        if self.dma_memory().is_none() {
-            return Err(TransferError::Dma("bus mastering is disabled".into()));
-        }
-        Ok(self.memory.clone())
+        self.bus
+            .memory_handle()
+            .ok_or_else(|| TransferError::Dma("bus mastering is disabled".into()))
     }
 
     /// Reads `buffer.len()` bytes at byte `offset` of the buffer `mtr` describes.

@@ -546,6 +546,7 @@ impl Target {
             waiting: VecDeque::new(),
             ready: VecDeque::new(),
             unanswered: 0,
+            cids_in_use: vec![0; 1024],
             sq_head: 0,
             state: QueueState::AwaitingConnect,
             close_when_drained: false,
@@ -686,7 +687,8 @@ impl Target {
         let (cid, command, data) = (capsule.sqe.cid, capsule.command, capsule.data.clone());
         queue.unanswered += 1;
         queue.sq_head = (queue.sq_head + 1) % queue.entries;
-        let conflict = queue.slots.iter().any(|s| matches!(s, Slot::Busy(r) if r.cid == cid));
+        // A CID of an unanswered command: a conflict (the first keeps it).
+        let conflict = queue.claim_cid(cid);
         queue.slots[slot] = Slot::Busy(Request {
             cid,
             command,
@@ -694,6 +696,7 @@ impl Target {
             length: 0,
             stage: Stage::Ready,
             buffer: None,
+            owns_cid: !conflict,
         });
         if queue.unanswered > u32::from(queue.entries) {
             self.counters.queue_overruns += 1;
@@ -1365,6 +1368,7 @@ impl Target {
             length: 0,
             stage: Stage::Ready,
             buffer: None,
+            owns_cid: false,
         });
         self.respond(q, slot, Outcome::error(status));
     }
@@ -1408,6 +1412,9 @@ impl Target {
         };
         let result = queue.post_response(slot, &cqe, write, invalidate);
         queue.unanswered = queue.unanswered.saturating_sub(1);
+        if request.owns_cid {
+            queue.release_cid(request.cid);
+        }
         queue.slots[slot] = Slot::Responding { buffer: request.buffer };
         let qid = queue.qid;
         let cntlid = match queue.state {
