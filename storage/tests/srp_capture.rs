@@ -39,12 +39,20 @@ fn write_capture(rig: &Rig, name: &str) -> PathBuf {
 
 /// The SRP opcodes tshark's reading of the capture names, frame by frame.
 fn srp_opcodes(path: &Path) -> Vec<String> {
+    tshark_fields(path, "srprdma", &["srprdma.opcode"])
+}
+
+/// tshark's `fields` of the frames matching `filter`, one line per frame.
+fn tshark_fields(path: &Path, filter: &str, fields: &[&str]) -> Vec<String> {
     let mut command = Command::new("tshark");
     command.arg("-r").arg(path);
     for script in project_lua_scripts() {
         command.arg("-X").arg(format!("lua_script:{}", script.display()));
     }
-    command.args(["--disable-heuristic", "rpcrdma_infiniband", "-Y", "srprdma", "-T", "fields", "-e", "srprdma.opcode"]);
+    command.args(["--disable-heuristic", "rpcrdma_infiniband", "-Y", filter, "-T", "fields", "-E", "separator=|"]);
+    for field in fields {
+        command.args(["-e", field]);
+    }
     let output = command.output().expect("tshark runs");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).lines().map(str::to_string).collect()
@@ -112,5 +120,49 @@ fn the_dissector_flags_a_malformed_iu() {
     assert!(!report.passed(), "the malformed SRP_CMD went unnoticed: {report}");
     let text = report.to_string();
     assert!(text.contains("Malformed SRP") || text.contains("past the end"), "{text}");
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn a_login_through_the_rdma_cm_decodes_with_cm_and_srp_fields() {
+    let mut rig = Rig::new(RigConfig {
+        rdma_cm: true,
+        ..RigConfig::default()
+    });
+    rig.fabric.set_capture(true);
+    let mut initiator = rig.login(rig.initiator_config()).unwrap();
+    initiator.inquiry(0).unwrap();
+    initiator.write(0, 0, 512, &pattern(4096, 5)).unwrap();
+    initiator.logout();
+    rig.run_for(5_000_000);
+    // A refused login: REJ with SRP_LOGIN_REJ.
+    let refused = rig.login(rnic_storage::srp::initiator::InitiatorConfig {
+        target_port_id: rnic_storage::srp::wire::PortId::new(9, 9),
+        ..rig.initiator_config()
+    });
+    assert!(refused.is_err());
+    rig.run_for(5_000_000);
+    let path = write_capture(&rig, "rdma-cm");
+    let report = check_file(&path, &options()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.passed(), "{report}\n(capture kept at {})", path.display());
+    // The CM: REQ (0x10), REP (0x13), RTU (0x14), REJ (0x12), and DREQ/DREP.
+    let cm = tshark_fields(&path, "infiniband.mad.mgmtclass == 0x07", &["infiniband.mad.attributeid", "infiniband.cm.req.serviceid"]);
+    for attribute in ["0x0010", "0x0013", "0x0014", "0x0012", "0x0015"] {
+        assert!(cm.iter().any(|row| row.starts_with(attribute)), "no CM {attribute}: {cm:?}");
+    }
+    // Service ID: RDMA-CM, TCP port space, port 5555.
+    assert!(cm.iter().any(|row| row.ends_with("0x00000000010615b3")), "{cm:?}");
+    // The login in the private data: the compact request's IT IU length, the response's
+    // credits, the reject's reason.
+    let login = tshark_fields(
+        &path,
+        "srprdma.login.it_iu_len || srprdma.login.reason",
+        &["infiniband.mad.attributeid", "srprdma.login.it_iu_len", "srprdma.req_lim_delta", "srprdma.login.reason"],
+    );
+    assert!(login.iter().any(|r| r.starts_with("0x0010|8260")), "{login:?}");
+    assert!(login.iter().any(|r| r.starts_with("0x0013|8260|128")), "{login:?}");
+    assert!(login.iter().any(|r| r.starts_with("0x0012") && r.ends_with("0x00010003")), "{login:?}");
+    let opcodes = srp_opcodes(&path);
+    assert!(opcodes.iter().filter(|o| *o == "0x02").count() >= 2, "{opcodes:?}");
     std::fs::remove_file(&path).unwrap();
 }
