@@ -306,8 +306,8 @@ impl BenchReport {
              \"bytes_verified\":{},\"retransmissions\":{},\"frames\":{},\"frames_dropped\":{},\"frames_duplicated\":{},\
              \"frames_reordered\":{},\"frames_corrupted\":{},\"mode\":\"{}\",\"preset\":\"{}\",\"test\":\"{}\",\
              \"bw_gbps\":{:.6},\"bw_peak_gbps\":{:.6},\"msg_rate_mpps\":{:.6},\"lat_us\":{{\"min\":{:.6},\"p50\":{:.6},\
-             \"p99\":{:.6},\"max\":{:.6}}},\"mtt_misses\":{},\"sim_time_ps\":{},\"wall_time_s\":{:.6},\"messages_expected\":{},\
-             \"cm\":{},\"cm_mads\":{}}}",
+             \"p99\":{:.6},\"max\":{:.6}}},\"mtt_misses\":{},\"sim_time_ps\":{},\"wall_time_s\":{:.6},\"cm\":{},\
+             \"cm_mads\":{},\"messages_expected\":{}}}",
             self.operation,
             self.size,
             self.iterations,
@@ -335,9 +335,9 @@ impl BenchReport {
             self.mtt_misses,
             self.sim_time_ps,
             self.wall_time_s,
-            self.messages_expected,
             self.connection_manager,
-            self.cm_mads
+            self.cm_mads,
+            self.messages_expected
         )
     }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_hw_model::fabric::{FabricConfig, FaultPlan};
 use rnic_storage::block::{BlockDevice, RamBackend};
-use rnic_storage::rdma::{DirectCm, EmbeddedReactor, Reactor, ServiceAddress};
+use rnic_storage::rdma::{Connector, DirectCm, EmbeddedReactor, Listener, RdmaCm, Reactor, ServiceAddress};
 use rnic_storage::scsi::lu::{LogicalUnit, LuConfig, LunMap};
 use rnic_storage::srp::initiator::{Initiator, InitiatorConfig, InitiatorError};
 use rnic_storage::srp::target::{Target, TargetConfig};
@@ -23,9 +23,30 @@ pub struct Rig {
     /// LUN 0 and LUN 5.
     pub devices: Vec<Arc<dyn BlockDevice>>,
     macs: u16,
+    rdma_cm: bool,
+}
+
+fn open(nic: rnic_verbs::backend::EmbeddedDevice, ip: Ipv4Addr) -> Context {
+    let driver = rnic_verbs::driver::DriverConfig {
+        ipv4_address: Some(ip.octets()),
+        ..rnic_verbs::driver::DriverConfig::default()
+    };
+    Context::open_with_config(Box::new(nic), &driver).unwrap()
+}
+
+fn rdma_cm(fabric: &EmbeddedFabric, context: &Context, seed: u64) -> RdmaCm {
+    RdmaCm::new(
+        context,
+        Arc::new(rnic_verbs::cm::FabricNeighbours(fabric.clone())),
+        rnic_verbs::cm::CmConfig::seeded(seed),
+    )
+    .unwrap()
 }
 
 pub struct RigConfig {
+    /// Connect through the RDMA CM on QP1 (REQ/REP/RTU on the wire) instead of the
+    /// in-process connection manager.
+    pub rdma_cm: bool,
     pub faults: FaultPlan,
     pub target: TargetConfig,
     pub blocks: u64,
@@ -34,6 +55,7 @@ pub struct RigConfig {
 impl Default for RigConfig {
     fn default() -> Self {
         Self {
+            rdma_cm: false,
             faults: FaultPlan::none(),
             target: TargetConfig::default(),
             blocks: 16384,
@@ -49,7 +71,12 @@ impl Rig {
         });
         let target_nic = fabric.add_nic([2, 0, 0, 0, 0, 1]);
         let cm = DirectCm::default();
-        let listener = cm.listen(ADDRESS).unwrap();
+        let context = open(target_nic, ADDRESS.ip);
+        let listener: Box<dyn Listener> = if config.rdma_cm {
+            Box::new(rdma_cm(&fabric, &context, 0x5555).listen(ADDRESS).unwrap())
+        } else {
+            Box::new(cm.listen(ADDRESS).unwrap())
+        };
         let mut luns = LunMap::new();
         let mut devices = Vec::new();
         for (lun, block_size) in [(0u16, 512u32), (5, 4096)] {
@@ -68,8 +95,8 @@ impl Rig {
             devices.push(device);
         }
         let target = Target::new(
-            Context::open(Box::new(target_nic)).unwrap(),
-            Box::new(listener),
+            context,
+            listener,
             config.target,
             luns,
         )
@@ -80,6 +107,7 @@ impl Rig {
             target: Arc::new(Mutex::new(target)),
             devices,
             macs: 0x10,
+            rdma_cm: config.rdma_cm,
         }
     }
 
@@ -105,9 +133,15 @@ impl Rig {
         self.macs += 1;
         let [hi, lo] = self.macs.to_be_bytes();
         let nic = self.fabric.add_nic([2, 0, 0, 0, hi, lo]);
+        let context = open(nic, Ipv4Addr::new(10, 0, 0, lo));
+        let connector: Box<dyn Connector> = if self.rdma_cm {
+            Box::new(rdma_cm(&self.fabric, &context, u64::from(self.macs)).connector())
+        } else {
+            Box::new(self.cm.connector())
+        };
         Initiator::login(
-            Context::open(Box::new(nic)).unwrap(),
-            Box::new(self.cm.connector()),
+            context,
+            connector,
             Box::new(self.reactor()),
             config,
         )
