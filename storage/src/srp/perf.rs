@@ -143,7 +143,9 @@ pub fn run(
         )));
     }
     if workload.read_percent > 100 || workload.ios.is_none() && workload.duration_ns.is_none() {
-        return Err(InitiatorError::Invalid("a read percentage above 100, or no I/O count nor duration".into()));
+        return Err(InitiatorError::Invalid(
+            "a read percentage above 100, or no I/O count nor duration".into(),
+        ));
     }
     let blocks_per_io = u64::from(workload.io_size / block_size);
     let region = workload.region_blocks.unwrap_or(blocks).min(blocks);
@@ -226,7 +228,12 @@ fn submit(
     // Credits come back with the responses: with one command per free slot the
     // initiator never runs out, but wait for one rather than fail if it does.
     loop {
-        match initiator.submit(workload.lun, &command(slot, blocks_per_io, slot.read), data, index as u64) {
+        match initiator.submit(
+            workload.lun,
+            &command(slot, blocks_per_io, slot.read),
+            data,
+            index as u64,
+        ) {
             Err(InitiatorError::Busy) => {
                 if let Some(why) = initiator.lost() {
                     return Err(InitiatorError::Disconnected(why.to_string()));
