@@ -143,7 +143,9 @@ pub fn run(
         )));
     }
     if workload.read_percent > 100 || workload.ios.is_none() && workload.duration_ns.is_none() {
-        return Err(InitiatorError::Invalid("a read percentage above 100, or no I/O count nor duration".into()));
+        return Err(InitiatorError::Invalid(
+            "a read percentage above 100, or no I/O count nor duration".into(),
+        ));
     }
     let blocks_per_io = u64::from(workload.io_size / block_size);
     let region = workload.region_blocks.unwrap_or(blocks).min(blocks);
@@ -226,7 +228,12 @@ fn submit(
     // Credits come back with the responses: with one command per free slot the
     // initiator never runs out, but wait for one rather than fail if it does.
     loop {
-        match initiator.submit(workload.lun, &command(slot, blocks_per_io, slot.read), data, index as u64) {
+        match initiator.submit(
+            workload.lun,
+            &command(slot, blocks_per_io, slot.read),
+            data,
+            index as u64,
+        ) {
             Err(InitiatorError::Busy) => {
                 if let Some(why) = initiator.lost() {
                     return Err(InitiatorError::Disconnected(why.to_string()));
@@ -284,7 +291,7 @@ fn drive(
     // response without immediate data), SRP_RSP.
     report.messages_per_io = reads * 3.0 + (1.0 - reads) * if immediate { 2.0 } else { 4.0 };
     let mut histogram = LatencyHistogram::new();
-    let (mut submitted, mut done) = (0u64, 0u64);
+    let mut submitted = 0u64;
     let mut completions = Vec::with_capacity(slots.len());
     let mut stopping = false;
     loop {
@@ -330,7 +337,6 @@ fn drive(
             }
             slot.busy = false;
             in_use[slot.unit as usize] = false;
-            done += 1;
             histogram.record(clock.now(initiator).saturating_sub(slot.started));
             if !completion.is_good() {
                 report.errors += 1;
@@ -380,7 +386,6 @@ fn drive(
             initiator.reactor().idle(false);
         }
     }
-    let _ = done;
     report.elapsed_s = clock.now(initiator).saturating_sub(start) as f64 / 1e9;
     report.wall_s = wall_start.elapsed().as_secs_f64();
     report.finish(&histogram);
