@@ -296,8 +296,8 @@ fn drive(
     let mut stopping = false;
     loop {
         if !stopping {
-            for index in 0..slots.len() {
-                if slots[index].busy {
+            for (index, slot) in slots.iter_mut().enumerate() {
+                if slot.busy {
                     continue;
                 }
                 if workload.ios.is_some_and(|limit| submitted >= limit)
@@ -308,7 +308,6 @@ fn drive(
                 }
                 let unit = pick_unit(workload.pattern, &mut rng, &mut cursor, &in_use, units);
                 let read = (rng.next() % 100) < u64::from(workload.read_percent);
-                let slot = &mut slots[index];
                 slot.unit = unit;
                 slot.read = read;
                 if !read {
@@ -322,7 +321,7 @@ fn drive(
                 in_use[unit as usize] = true;
                 slot.busy = true;
                 slot.started = clock.now(initiator);
-                submit(initiator, workload, &slots[index], index, blocks_per_io)?;
+                submit(initiator, workload, slot, index, blocks_per_io)?;
                 submitted += 1;
             }
         }
@@ -423,18 +422,17 @@ fn prefill(
     let mut next = 0u64;
     let mut completions = Vec::new();
     loop {
-        for index in 0..slots.len() {
-            if slots[index].busy || next >= units {
+        for (index, slot) in slots.iter_mut().enumerate() {
+            if slot.busy || next >= units {
                 continue;
             }
-            let slot = &mut slots[index];
             slot.unit = next;
             slot.read = false;
             next += 1;
             fill_pattern(&mut data, slot.unit * u64::from(workload.io_size), 1, workload.seed);
             initiator.write_buffer(&slot.buffer, 0, &data)?;
             slot.busy = true;
-            submit(initiator, workload, &slots[index], index, blocks_per_io)?;
+            submit(initiator, workload, slot, index, blocks_per_io)?;
         }
         completions.clear();
         let n = initiator.poll(&mut completions)?;
