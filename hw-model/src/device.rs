@@ -13,24 +13,63 @@ use rnic_firmware_if::regs;
 use crate::bus::Bus;
 use crate::command::Rejection;
 use crate::config::DeviceConfig;
+use crate::cq::{CompletionQueues, CqError};
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
 use crate::eq::{EqKind, EventQueues};
-use crate::fast_hash::FastHashMap;
 use crate::firmware::{CommandQueue, Firmware};
 use crate::hem::Contexts;
 use crate::interrupt::InterruptSink;
 use crate::memory::{HostMemory, MemoryError};
 use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
-use crate::mtt::{Mtr, MttError, TranslationCache};
+use crate::mtt::{DmaFault, Mtr, MttError, TranslationCache};
 use crate::pci::{BarDescriptor, ConfigSpace};
 use crate::probe::{Observer, Port};
+use crate::qp::{DoorbellOutcome, QueuePairs, WorkQueue};
+use crate::srq::{SharedReceiveQueues, SrqWqe};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
 use crate::transport::Transport;
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::{Eqc, Mpt};
+use rnic_firmware_if::context::{Cqc, Eqc, Mpt, QpState, Qpc, Srqc};
+use rnic_firmware_if::cqe::Cqe;
 use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
+
+/// The services of the device `$device`, borrowed field by field (so the block being
+/// called, another field, stays free).
+macro_rules! services {
+    ($device:ident) => {
+        Services {
+            translation: &mut $device.translations,
+            bus: &mut $device.bus,
+            timing: &mut $device.timing,
+            scheduler: &mut $device.scheduler,
+            diagnostics: &mut $device.diagnostics,
+        }
+    };
+}
+
+/// What the QP block of the device `$device` is bound to, borrowed field by field.
+macro_rules! qp_wiring {
+    ($device:ident) => {
+        QpWiring {
+            objects: objects!($device),
+            cqs: &mut $device.cqs,
+            srqs: &mut $device.srqs,
+        }
+    };
+}
+
+/// What the object blocks of the device `$device` are bound to, borrowed field by field.
+macro_rules! objects {
+    ($device:ident) => {
+        Objects {
+            services: services!($device),
+            contexts: &mut $device.contexts,
+            eqs: &mut $device.eqs,
+        }
+    };
+}
 
 /// Something the device will do at a virtual instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,9 +157,12 @@ pub struct Device {
     pub(crate) mpt: MemoryProtection,
     /// The MTT cache: page translations, forgotten with the MPT cache.
     pub(crate) translations: TranslationCache,
-    /// CQN → the CQ's context address and CQE buffer translation, forgotten with the
-    /// context cache and at CREATE/DESTROY_CQC (see `cq`).
-    pub(crate) cq_buffers: FastHashMap<u32, crate::cq::CqBuffer>,
+    /// Completion queues: CQEs, CQ doorbells, the CQ mailbox commands.
+    pub(crate) cqs: CompletionQueues,
+    /// Shared receive queues.
+    pub(crate) srqs: SharedReceiveQueues,
+    /// Queue pairs: the state machine, SQ/RQ doorbells, the flush.
+    pub(crate) qps: QueuePairs,
 }
 
 impl std::fmt::Debug for Device {
@@ -172,7 +214,9 @@ impl Device {
             counters: Counters::default(),
             mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
             translations: TranslationCache::default(),
-            cq_buffers: FastHashMap::default(),
+            cqs: CompletionQueues::new(&config.caps),
+            srqs: SharedReceiveQueues::new(&config.caps),
+            qps: QueuePairs::new(&config.caps),
             config,
         }
     }
@@ -201,7 +245,9 @@ impl Device {
             counters: self.counters,
             mpt: self.mpt.clone(),
             translations: self.translations.clone(),
-            cq_buffers: self.cq_buffers.clone(),
+            cqs: self.cqs.clone(),
+            srqs: self.srqs.clone(),
+            qps: self.qps.clone(),
         }
     }
 
@@ -259,8 +305,7 @@ impl Device {
                 self.registers.resetting = false;
             }
             Event::Eq(timer) => {
-                let (block, mut io) = self.eq_io();
-                block.coalesce_timer(&mut io, timer);
+                self.eqs.coalesce_timer(&mut services!(self), timer);
             }
             Event::TransportTx => self.transport_tx_event(),
             Event::TransportRx => self.transport_rx_event(),
@@ -282,9 +327,17 @@ impl Device {
     /// Counters since power-on.
     pub fn counters(&self) -> Counters {
         let eq = self.eqs.counters();
+        let cq = self.cqs.counters();
+        let srq = self.srqs.counters();
+        let qp = self.qps.counters();
         Counters {
-            doorbells: self.counters.doorbells + eq.doorbells,
-            doorbells_dropped: self.counters.doorbells_dropped + eq.doorbells_dropped,
+            doorbells: self.counters.doorbells + eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
+            doorbells_dropped: self.counters.doorbells_dropped
+                + eq.doorbells_dropped
+                + cq.doorbells_dropped
+                + srq.doorbells_dropped
+                + qp.doorbells_dropped,
+            cqes: cq.cqes,
             eqes: eq.eqes,
             interrupts: eq.interrupts,
             dma_errors: self.bus.errors(),
@@ -550,8 +603,7 @@ impl Device {
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                let (block, mut io) = self.eq_io();
-                block.write_interrupt_enable(&mut io, eqn, value);
+                self.eqs.write_interrupt_enable(&mut services!(self), eqn, value);
             }
             o => {
                 let known = regs::REGISTERS.iter().find(|r| r.offset == o);
@@ -696,35 +748,17 @@ impl Device {
     /// before any command or mailbox (see `hem`).
     pub(crate) fn forget_context_caches(&mut self) {
         self.contexts.forget(&mut self.bus);
-        self.cq_buffers.clear();
+        self.cqs.forget_buffers();
         self.mpt.forget();
         self.translations.clear();
     }
 
-    /// Translates byte `offset` of the buffer `mtr` describes through the MTT cache;
-    /// None when bus mastering is off.
-    #[inline]
-    pub(crate) fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
-        self.translations.translate_on(&self.bus, mtr, offset)
-    }
-
-    /// Reads object `index`'s context (a QPC or CQC from the context cache, else from
-    /// host memory); returns it and its bus address.
-    #[inline]
-    pub(crate) fn read_context<L: Layout>(&mut self, table: ContextTableId, index: u32) -> Result<(L, u64), Rejection> {
-        self.contexts.read(&mut self.bus, table, index)
-    }
-
-    /// Writes a context: into the context cache when it holds the context and host
-    /// memory has taken a write there before, else to host memory.
-    #[inline]
-    pub(crate) fn write_context<L: Layout>(&mut self, address: u64, context: &L) -> Result<(), Rejection> {
-        self.contexts.write(&mut self.bus, address, context)
-    }
-
     /// Applies the QPs' recorded progress to their QPCs and writes the cached contexts
     /// that are newer than host memory back to it (see [`Contexts::write_back`]).
-    pub(crate) fn write_back_contexts(&mut self) {
+    ///
+    /// Public so that tests and fuzzers can read every QPC and CQC from host memory as the
+    /// device sees it without issuing a command (which does this first).
+    pub fn write_back_contexts(&mut self) {
         self.contexts.write_back(&mut self.bus);
     }
 
@@ -732,7 +766,7 @@ impl Device {
     /// lean on them.
     fn drop_context_cache(&mut self) {
         self.contexts.drop_cache(&mut self.bus);
-        self.cq_buffers.clear();
+        self.cqs.forget_buffers();
     }
 }
 
@@ -741,20 +775,17 @@ impl Device {
 impl Device {
     /// CREATE_MPT.
     pub(crate) fn create_mpt(&mut self, index: u32, mpt: Mpt) -> Result<(), Rejection> {
-        let (block, mut io) = self.mpt_io();
-        block.create(&mut io, index, mpt)
+        self.mpt.create(&mut objects!(self), index, mpt)
     }
 
     /// DESTROY_MPT.
     pub(crate) fn destroy_mpt(&mut self, index: u32) -> Result<(), Rejection> {
-        let (block, mut io) = self.mpt_io();
-        block.destroy(&mut io, index)
+        self.mpt.destroy(&mut objects!(self), index)
     }
 
     /// QUERY_MPT.
     pub(crate) fn query_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
-        let (block, mut io) = self.mpt_io();
-        block.query(&mut io, index)
+        self.mpt.query(&mut objects!(self), index)
     }
 
     /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in
@@ -769,14 +800,13 @@ impl Device {
         length: u64,
         needed: MrAccess,
     ) -> Result<MrTranslation, MrAccessError> {
-        let (block, mut io) = self.mpt_io();
-        block.check_access(&mut io, key, pd, address, length, needed)
+        self.mpt
+            .check_access(&mut objects!(self), key, pd, address, length, needed)
     }
 
     /// SEND with invalidate: the region of `rkey` in PD `pd` becomes FREE.
     pub(crate) fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
-        let (block, mut io) = self.mpt_io();
-        block.invalidate(&mut io, rkey, pd)
+        self.mpt.invalidate(&mut objects!(self), rkey, pd)
     }
 }
 
@@ -788,8 +818,7 @@ impl Device {
 
     /// MODIFY_CEQC / MODIFY_AEQC.
     pub(crate) fn modify_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
-        let (block, mut io) = self.eq_io();
-        block.modify(&mut io, eqn, kind, eqc, mask)
+        self.eqs.modify(&mut services!(self), eqn, kind, eqc, mask)
     }
 
     /// QUERY_CEQC / QUERY_AEQC.
@@ -803,27 +832,26 @@ impl Device {
     }
 
     /// A CEQE for CQ `cqn` on CEQ `ceqn`.
+    #[cfg(test)]
     pub(crate) fn post_completion_event(&mut self, ceqn: u32, cqn: u32) {
-        let (block, mut io) = self.eq_io();
-        block.post_completion_event(&mut io, ceqn, cqn);
+        self.eqs.post_completion_event(&mut services!(self), ceqn, cqn);
     }
 
     /// An AEQE.
     pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        let (block, mut io) = self.eq_io();
-        block.post_async_event(&mut io, event, sub_type, queue_number);
+        self.eqs
+            .post_async_event(&mut services!(self), event, sub_type, queue_number);
     }
 
     /// A mailbox-completion AEQE.
     pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
-        let (block, mut io) = self.eq_io();
-        block.post_mailbox_event(&mut io, token, status, out_param);
+        self.eqs
+            .post_mailbox_event(&mut services!(self), token, status, out_param);
     }
 
     /// The EQ doorbell.
     pub(crate) fn eq_doorbell(&mut self, word: u64) {
-        let (block, mut io) = self.eq_io();
-        block.doorbell(&mut io, word);
+        self.eqs.doorbell(&mut services!(self), word);
     }
 
     /// MSI-X vector of EQ `eqn`.
@@ -838,41 +866,128 @@ impl Device {
     }
 }
 
+impl Device {
+    /// CREATE_CQC.
+    pub(crate) fn create_cq(&mut self, cqn: u32, cqc: Cqc) -> Result<(), Rejection> {
+        self.cqs.create(&mut objects!(self), cqn, cqc)
+    }
+
+    /// MODIFY_CQC.
+    pub(crate) fn modify_cq(&mut self, cqn: u32, cqc: Cqc, mask: Cqc) -> Result<(), Rejection> {
+        self.cqs.modify(&mut objects!(self), cqn, cqc, mask)
+    }
+
+    /// QUERY_CQC.
+    pub(crate) fn query_cq(&mut self, cqn: u32) -> Result<Cqc, Rejection> {
+        self.cqs.query(&mut objects!(self), cqn)
+    }
+
+    /// DESTROY_CQC.
+    pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<(), Rejection> {
+        self.cqs.destroy(&mut objects!(self), cqn)
+    }
+
+    /// Whether CQ `cqn` exists and is valid.
+    #[cfg(test)]
+    pub(crate) fn cq_is_valid(&mut self, cqn: u32) -> bool {
+        self.cqs.is_valid(&mut objects!(self), cqn)
+    }
+
+    /// A CQ doorbell (set CI, arm).
+    pub(crate) fn cq_doorbell(&mut self, cqn: u32, word: u64) {
+        self.cqs.doorbell(&mut objects!(self), cqn, word);
+    }
+
+    /// A CQE for CQ `cqn`.
+    #[inline]
+    pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
+        self.cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
+    }
+}
+
+impl Device {
+    /// CREATE_SRQ.
+    pub(crate) fn create_srq(&mut self, srqn: u32, srqc: Srqc) -> Result<(), Rejection> {
+        self.srqs.create(&mut objects!(self), srqn, srqc)
+    }
+
+    /// MODIFY_SRQC.
+    pub(crate) fn modify_srq(&mut self, srqn: u32, srqc: Srqc, mask: Srqc) -> Result<(), Rejection> {
+        self.srqs.modify(&mut objects!(self), srqn, srqc, mask)
+    }
+
+    /// QUERY_SRQC.
+    pub(crate) fn query_srq(&mut self, srqn: u32) -> Result<Srqc, Rejection> {
+        self.srqs.query(&mut objects!(self), srqn)
+    }
+
+    /// DESTROY_SRQ.
+    pub(crate) fn destroy_srq(&mut self, srqn: u32) -> Result<(), Rejection> {
+        self.srqs.destroy(&mut objects!(self), srqn)
+    }
+
+    /// The SRQ doorbell.
+    pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
+        self.srqs.doorbell(&mut objects!(self), srqn, producer_index);
+    }
+
+    /// The next posted WQE of SRQ `srqn`, for the responder.
+    pub(crate) fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
+        self.srqs.take_wqe(&mut objects!(self), srqn)
+    }
+}
+
+impl Device {
+    /// MODIFY_QPC: the QP block checks and writes the context; the transport learns of
+    /// the transition; a move to ERR is then flushed (after the transport dropped its
+    /// WQEs, so the flush covers them too).
+    pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
+        let transition = self.qps.modify(&mut qp_wiring!(self), qpn, context, mask)?;
+        self.transport_qp_modified(qpn, transition.from, transition.to, &transition.qpc);
+        if transition.to == QpState::Err {
+            self.qps
+                .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
+        }
+        Ok(())
+    }
+
+    /// QUERY_QPC.
+    pub(crate) fn query_qp(&mut self, qpn: u32) -> Result<Qpc, Rejection> {
+        self.qps.query(&mut qp_wiring!(self), qpn)
+    }
+
+    /// The transport moves QP `qpn` to ERR on its own account: the QP block writes the
+    /// state, the transport drops its WQEs, the QP block flushes.
+    pub(crate) fn qp_enter_error(&mut self, qpn: u32) {
+        let Some(transition) = self.qps.enter_error(&mut qp_wiring!(self), qpn) else {
+            return;
+        };
+        self.transport_qp_modified(qpn, transition.from, QpState::Err, &transition.qpc);
+        self.qps
+            .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
+    }
+
+    /// An SQ or RQ doorbell: the QP block checks it; what it moved goes to the transport
+    /// (or, for a QP in ERR, is flushed).
+    pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
+        match self.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
+            DoorbellOutcome::Done => {}
+            DoorbellOutcome::Flush { address, qpc } => self.qps.flush(&mut qp_wiring!(self), qpn, address, *qpc),
+            DoorbellOutcome::SendQueue(producer_index) => self.transport_sq_doorbell(qpn, producer_index),
+            DoorbellOutcome::ReceiveQueue(producer_index) => self.transport_rq_doorbell(qpn, producer_index),
+        }
+    }
+}
+
 // ---- wiring: each block's Io bound to the blocks and services that serve it -------------------
+//
+// A block's `Io` trait (in its own folder) is everything it may reach; the structs here
+// bind those traits to the blocks below it and to the services. They only borrow: the
+// top builds one for each request it routes.
 
-/// The memory-protection block's ports: the MPT table of the context block, the MTT and
-/// the bus.
-struct MptWiring<'a> {
-    contexts: &'a mut Contexts,
-    translation: &'a mut TranslationCache,
-    bus: &'a mut Bus,
-}
-
-impl crate::mpt::Io for MptWiring<'_> {
-    #[inline]
-    fn read_mpt(&mut self, index: u32) -> Result<(Mpt, u64), Rejection> {
-        self.contexts.read(self.bus, ContextTableId::Mpt, index)
-    }
-
-    #[inline]
-    fn write_mpt(&mut self, address: u64, mpt: &Mpt) -> Result<(), Rejection> {
-        self.contexts.write(self.bus, address, mpt)
-    }
-
-    #[inline]
-    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
-        self.translation.translate_on(self.bus, mtr, offset)
-    }
-
-    #[inline]
-    fn bus_master(&self) -> bool {
-        self.bus.master()
-    }
-}
-
-/// The event block's ports: the MTT and the bus for EQEs, the timing model, the
-/// scheduler for its coalescing timers, diagnostics.
-struct EqWiring<'a> {
+/// The services every block is handed: the MTT, the bus, the timing model, the scheduler
+/// (for the blocks' timers) and diagnostics. The event block needs nothing else.
+struct Services<'a> {
     translation: &'a mut TranslationCache,
     bus: &'a mut Bus,
     timing: &'a mut TimingModel,
@@ -880,10 +995,40 @@ struct EqWiring<'a> {
     diagnostics: &'a mut DiagnosticLog,
 }
 
-impl crate::eq::Io for EqWiring<'_> {
+impl Services<'_> {
+    /// The same borrows, for a call into a block below.
+    #[inline]
+    fn reborrow(&mut self) -> Services<'_> {
+        Services {
+            translation: self.translation,
+            bus: self.bus,
+            timing: self.timing,
+            scheduler: self.scheduler,
+            diagnostics: self.diagnostics,
+        }
+    }
+
     #[inline]
     fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
         self.translation.translate_on(self.bus, mtr, offset)
+    }
+
+    fn diagnose(&mut self, source: Source, object: String, field: &'static str, value: u64, expected: String) {
+        self.diagnostics.record(Diagnostic {
+            time_ps: self.scheduler.now().0,
+            source,
+            object,
+            field,
+            value,
+            expected,
+        });
+    }
+}
+
+impl crate::eq::Io for Services<'_> {
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        Services::translate(self, mtr, offset)
     }
 
     #[inline]
@@ -905,61 +1050,218 @@ impl crate::eq::Io for EqWiring<'_> {
     }
 
     fn diagnose(&mut self, source: Source, object: String, field: &'static str, value: u64, expected: String) {
-        record(
-            self.diagnostics,
-            self.scheduler.now(),
-            source,
-            object,
-            field,
-            value,
-            expected,
-        );
+        Services::diagnose(self, source, object, field, value, expected);
     }
 }
 
-/// Records a diagnostic at `now`.
-fn record(
-    log: &mut DiagnosticLog,
-    now: Picoseconds,
-    source: Source,
-    object: String,
-    field: &'static str,
-    value: u64,
-    expected: String,
-) {
-    log.record(Diagnostic {
-        time_ps: now.0,
-        source,
-        object,
-        field,
-        value,
-        expected,
-    });
+/// What the object blocks (memory protection, CQs, SRQs) are bound to: the services, the
+/// context block and the event block their events go to.
+struct Objects<'a> {
+    services: Services<'a>,
+    contexts: &'a mut Contexts,
+    eqs: &'a mut EventQueues,
 }
 
-impl Device {
-    /// The event block and its wiring.
+impl Objects<'_> {
+    /// The same borrows, for a call into a block below.
     #[inline]
-    fn eq_io(&mut self) -> (&mut EventQueues, EqWiring<'_>) {
-        let io = EqWiring {
-            translation: &mut self.translations,
-            bus: &mut self.bus,
-            timing: &mut self.timing,
-            scheduler: &mut self.scheduler,
-            diagnostics: &mut self.diagnostics,
-        };
-        (&mut self.eqs, io)
+    fn reborrow(&mut self) -> Objects<'_> {
+        Objects {
+            services: self.services.reborrow(),
+            contexts: self.contexts,
+            eqs: self.eqs,
+        }
+    }
+}
+
+/// What the QP block is bound to: the object blocks' wiring, and the CQ and SRQ blocks
+/// it asks and feeds.
+struct QpWiring<'a> {
+    objects: Objects<'a>,
+    cqs: &'a mut CompletionQueues,
+    srqs: &'a mut SharedReceiveQueues,
+}
+
+impl crate::qp::Io for QpWiring<'_> {
+    #[inline]
+    fn read_qpc(&mut self, qpn: u32) -> Result<(Qpc, u64), Rejection> {
+        self.objects
+            .contexts
+            .read(self.objects.services.bus, ContextTableId::Qpc, qpn)
     }
 
-    /// The memory-protection block and its wiring.
     #[inline]
-    fn mpt_io(&mut self) -> (&mut MemoryProtection, MptWiring<'_>) {
-        let io = MptWiring {
-            contexts: &mut self.contexts,
-            translation: &mut self.translations,
-            bus: &mut self.bus,
-        };
-        (&mut self.mpt, io)
+    fn write_qpc(&mut self, address: u64, qpc: &Qpc) -> Result<(), Rejection> {
+        self.objects.contexts.write(self.objects.services.bus, address, qpc)
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.objects.services.translate(mtr, offset)
+    }
+
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.objects.services.bus.read(address, buffer)
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.objects
+            .services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    fn cq_is_valid(&mut self, cqn: u32) -> bool {
+        self.cqs.is_valid(&mut self.objects.reborrow(), cqn)
+    }
+
+    fn srq_is_valid(&mut self, srqn: u32) -> bool {
+        self.srqs.is_valid(&mut self.objects.reborrow(), srqn)
+    }
+
+    fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
+        let _ = self.cqs.post_cqe(&mut self.objects.reborrow(), cqn, cqe, solicited);
+    }
+
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        crate::cq::Io::async_event(&mut self.objects, event, sub_type, queue_number);
+    }
+}
+
+impl crate::mpt::Io for Objects<'_> {
+    #[inline]
+    fn read_mpt(&mut self, index: u32) -> Result<(Mpt, u64), Rejection> {
+        self.contexts.read(self.services.bus, ContextTableId::Mpt, index)
+    }
+
+    #[inline]
+    fn write_mpt(&mut self, address: u64, mpt: &Mpt) -> Result<(), Rejection> {
+        self.contexts.write(self.services.bus, address, mpt)
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.services.translate(mtr, offset)
+    }
+
+    #[inline]
+    fn bus_master(&self) -> bool {
+        self.services.bus.master()
+    }
+}
+
+impl crate::cq::Io for Objects<'_> {
+    #[inline]
+    fn read_cqc(&mut self, cqn: u32) -> Result<(Cqc, u64), Rejection> {
+        self.contexts.read(self.services.bus, ContextTableId::Cqc, cqn)
+    }
+
+    #[inline]
+    fn cached_cqc(&self, address: u64) -> Option<Cqc> {
+        let bytes = self.contexts.cached(address, Cqc::SIZE)?;
+        let mut cqc = Cqc::zeroed();
+        cqc.bytes_mut().copy_from_slice(bytes);
+        Some(cqc)
+    }
+
+    #[inline]
+    fn write_cqc(&mut self, address: u64, cqc: &Cqc) -> Result<(), Rejection> {
+        self.contexts.write(self.services.bus, address, cqc)
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.services.translate(mtr, offset)
+    }
+
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.services.bus.read(address, buffer)
+    }
+
+    #[inline]
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.services.bus.write(address, data)
+    }
+
+    fn count_dma_error(&mut self) {
+        self.services.bus.count_error();
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    fn ceq_exists(&self, ceqn: u32) -> bool {
+        self.eqs.is_active(ceqn, EqKind::Completion)
+    }
+
+    fn num_ceqs(&self) -> u32 {
+        self.eqs.num_ceqs()
+    }
+
+    #[inline]
+    fn completion_event(&mut self, ceqn: u32, cqn: u32) {
+        self.eqs.post_completion_event(&mut self.services.reborrow(), ceqn, cqn);
+    }
+
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        self.eqs
+            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
+    }
+}
+
+impl crate::srq::Io for Objects<'_> {
+    #[inline]
+    fn read_srqc(&mut self, srqn: u32) -> Result<(Srqc, u64), Rejection> {
+        self.contexts.read(self.services.bus, ContextTableId::Srqc, srqn)
+    }
+
+    #[inline]
+    fn write_srqc(&mut self, address: u64, srqc: &Srqc) -> Result<(), Rejection> {
+        self.contexts.write(self.services.bus, address, srqc)
+    }
+
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.services.bus.read(address, buffer)
+    }
+
+    #[inline]
+    fn read_buffer(&mut self, mtr: &Mtr, offset: u64, buffer: &mut [u8]) -> Result<(), DmaFault> {
+        crate::mtt::read_buffer(self.services.translation, self.services.bus, mtr, offset, None, buffer)
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        self.eqs
+            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
     }
 }
 

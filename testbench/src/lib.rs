@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+mod cm_session;
 pub mod fuzzing;
 pub mod harness;
 pub mod pcap;

@@ -2,15 +2,15 @@
 //! docs/fuzzing.md) and the test that replays its corpus (`tests/fuzz_vfio_user.rs`).
 //!
 //! One server per process, driven on the caller's thread with [`Server::run_once`], so a
-//! run is deterministic. An input is what a client writes on its socket: a first byte of
-//! flags (bit 0: negotiate VERSION first), then records —
+//! run is deterministic. Each input starts on a connection that has negotiated VERSION
+//! and reset the device. An input is what the client writes on its socket, as records —
 //!
 //! * `0, n, bytes[n]`: write `n` bytes on the socket (any framing: headers split across
 //!   records, several messages in one, sizes that lie);
 //! * `1, n, bytes[n]`: the same with a memfd (64 KiB, the client's "guest memory")
 //!   attached to the first byte, as DMA_MAP and SET_IRQS carry descriptors;
 //! * `2, k`: let the server make `k mod 8` more passes;
-//! * `3`: hang up and connect again.
+//! * `3`: hang up and connect again (the first four times).
 //!
 //! After each record the server runs until it has nothing more to do and the client reads
 //! every reply. Invariants (besides no panic, no hang):
@@ -20,7 +20,8 @@
 //!   errno and no payload; nothing else arrives — the stream never falls out of step;
 //! * after hanging up, the server holds no descriptor of the client (no leak);
 //! * after the input a new client negotiates VERSION, reads the device information and
-//!   resets the device (which also makes every input start from a fresh device).
+//!   resets the device; that connection is where the next input starts, from a fresh
+//!   device.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -145,6 +146,8 @@ impl Session {
         let socket = directory.join("server.sock");
         let mut options = ServerOptions::new(&socket);
         options.timing = TimingMode::Fast;
+        // Two doorbell pages: a reset clears them all, per input.
+        options.device.doorbell_pages = 2;
         // Replies no larger than a page, so a pass's replies always fit the socket.
         options.limits = Limits {
             max_data_xfer_size: 4096,
@@ -164,6 +167,7 @@ impl Session {
         };
         session.settle()?;
         session.baseline_fds = open_fds();
+        session.fresh_client()?;
         Ok(session)
     }
 
@@ -177,7 +181,12 @@ impl Session {
 
     fn hang_up(&mut self) -> io::Result<()> {
         self.client = None;
-        self.settle()?;
+        self.settle()
+    }
+
+    /// Hangs up and checks the server closed every descriptor the client sent it.
+    fn hang_up_and_count(&mut self) -> io::Result<()> {
+        self.hang_up()?;
         assert_eq!(
             open_fds(),
             self.baseline_fds,
@@ -274,14 +283,23 @@ impl Session {
         self.command(command::VERSION, &Version::encode(0, 1, None))
     }
 
-    fn run(&mut self, data: &[u8]) -> io::Result<()> {
-        let Some((&flags, mut records)) = data.split_first() else {
-            return Ok(());
-        };
+    /// Connects a new client, negotiates VERSION, reads the device information and
+    /// resets the device: the server still serves, and the next input starts afresh.
+    fn fresh_client(&mut self) -> io::Result<()> {
         self.connect()?;
-        if flags & 1 != 0 {
-            self.negotiate()?;
-        }
+        self.negotiate()?;
+        let info = DeviceInfo {
+            argsz: DeviceInfo::SIZE as u32,
+            flags: 0,
+            num_regions: 0,
+            num_irqs: 0,
+        };
+        self.command(command::DEVICE_GET_INFO, &info.encode())?;
+        self.command(command::DEVICE_RESET, &[])
+    }
+
+    fn run(&mut self, mut records: &[u8]) -> io::Result<()> {
+        let mut reconnects = 0;
         while let Some((&tag, rest)) = records.split_first() {
             records = rest;
             match tag % 4 {
@@ -301,27 +319,19 @@ impl Session {
                         self.read_replies()?;
                     }
                 }
-                _ => {
+                // A connection costs the kernel more than anything else here: a few per input.
+                _ if reconnects < 4 => {
+                    reconnects += 1;
                     self.finish_conversation();
                     self.hang_up()?;
                     self.connect()?;
                 }
+                _ => {}
             }
         }
         self.finish_conversation();
-        self.hang_up()?;
-        // The server still serves a new client, which resets the device for the next input.
-        self.connect()?;
-        self.negotiate()?;
-        let info = DeviceInfo {
-            argsz: DeviceInfo::SIZE as u32,
-            flags: 0,
-            num_regions: 0,
-            num_irqs: 0,
-        };
-        self.command(command::DEVICE_GET_INFO, &info.encode())?;
-        self.command(command::DEVICE_RESET, &[])?;
-        self.hang_up()
+        self.hang_up_and_count()?;
+        self.fresh_client()
     }
 
     /// Every reply owed for complete messages has arrived.

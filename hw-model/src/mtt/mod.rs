@@ -26,6 +26,11 @@ use crate::bus::Bus;
 use crate::fast_hash::FastHashMap;
 use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
 
+mod buffer;
+
+pub use buffer::DmaFault;
+pub(crate) use buffer::{read_buffer, write_buffer};
+
 #[cfg(test)]
 #[path = "../../../verbs-provider/src/mtr.rs"]
 #[allow(dead_code)]

@@ -268,11 +268,9 @@ fn finish(bed: &mut LiveBed, ring_moved: bool) {
     bed.h.device.config_write(pci::offset::COMMAND, &command.to_le_bytes());
     let (code, _) = bed.h.command(Opcode::QueryFirmwareVersion, true, &[0; 24]);
     assert_eq!(code, ReturnCode::Success, "QUERY_FW_VER after the sequence");
-    // Every mailbox still completes with a defined status (the harness checks it). The
-    // QPs' states are whatever the input's commands made of the tables, so they are not
+    // A mailbox still completes with a defined status (the harness checks it). The QPs'
+    // states are whatever the input's commands made of the tables, so they are not
     // checked here; the mailbox target checks each MODIFY.
-    for qpn in bed.qps.iter().map(|q| q.qp.qpn).collect::<Vec<_>>() {
-        bed.h.query::<Qpc>(MailboxOpcode::QueryQpc, qpn);
-    }
+    bed.h.query::<Qpc>(MailboxOpcode::QueryQpc, bed.qps[0].qp.qpn);
     bed.drain_transmit();
 }

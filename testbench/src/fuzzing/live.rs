@@ -28,7 +28,7 @@
 use std::sync::Arc;
 
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::{Cqc, Mpt, QpState, Qpc, ServiceType};
+use rnic_firmware_if::context::{Cqc, Mpt, QpState, Qpc, ServiceType, CQC_SIZE, MPT_SIZE, QPC_SIZE};
 use rnic_firmware_if::cqe::{Cqe, CqeStatus};
 use rnic_firmware_if::mailbox::{MailboxCompletion, MailboxOpcode};
 use rnic_firmware_if::wqe::{Sge, SqOpcode};
@@ -139,7 +139,9 @@ pub struct LiveBed {
     /// Frames the device transmitted during the current input.
     pub transmitted: usize,
     victim_policy: Victim,
-    victim_contexts: (Qpc, Cqc, Mpt),
+    /// The victim's QPC, CQC and MPT bytes after bring-up.
+    victim_contexts: [Vec<u8>; 3],
+    tables: ContextTables,
     initial: Initial,
     snapshot: Vec<u8>,
     checkpoint: HarnessCheckpoint,
@@ -150,6 +152,32 @@ impl std::fmt::Debug for LiveBed {
         f.debug_struct("LiveBed")
             .field("device", &self.h.device)
             .finish_non_exhaustive()
+    }
+}
+
+/// Bytes of each context-table chunk the harness allocates (hop 0).
+const CHUNK: u64 = 64 << 10;
+
+/// Where the bed's context tables are: one chunk each, at these bus addresses.
+#[derive(Debug, Clone, Copy)]
+struct ContextTables {
+    qpc: u64,
+    cqc: u64,
+    mpt: u64,
+}
+
+impl ContextTables {
+    fn qpc(&self, qpn: u32) -> u64 {
+        self.qpc + u64::from(qpn) * QPC_SIZE as u64
+    }
+
+    /// The victim's QPC, CQC and MPT: (address, size).
+    fn victim(&self) -> [(u64, usize); 3] {
+        [
+            (self.qpc(VICTIM_QPN), QPC_SIZE),
+            (self.cqc + 2 * CQC_SIZE as u64, CQC_SIZE),
+            (self.mpt + 5 * MPT_SIZE as u64, MPT_SIZE),
+        ]
     }
 }
 
@@ -231,6 +259,12 @@ impl LiveBed {
         w.step(&mut h, "AEQ", Grant::ReadWrite, |h| h.create_aeq());
         h.set_gid(0, ipv4_gid(LOCAL_IPV4));
         h.set_gid(1, LOCAL_GID_V6);
+        // Hop 0, one 64 KiB chunk per table: object n's context is at chunk + n × size.
+        let tables = ContextTables {
+            qpc: h.next_free(),
+            cqc: h.next_free() + CHUNK,
+            mpt: h.next_free() + 2 * CHUNK,
+        };
         w.step(&mut h, "QPC table", Grant::ReadWrite, |h| {
             h.ensure_context(Table::Qpc, 0x10)
         });
@@ -416,11 +450,21 @@ impl LiveBed {
             h.post_recv(&mut victim_bed.qp, &[d.sge(i * 1024, 1024)]);
         }
         h.settle();
-        let victim_contexts = (
-            query_ok::<Qpc>(&mut h, MailboxOpcode::QueryQpc, VICTIM_QPN),
-            query_ok::<Cqc>(&mut h, MailboxOpcode::QueryCqc, 2),
-            query_ok::<Mpt>(&mut h, MailboxOpcode::QueryMpt, 5),
-        );
+        // The contexts as the device sees them, queried, and the same bytes in host memory.
+        let victim_contexts = [
+            query_ok::<Qpc>(&mut h, MailboxOpcode::QueryQpc, VICTIM_QPN)
+                .bytes()
+                .to_vec(),
+            query_ok::<Cqc>(&mut h, MailboxOpcode::QueryCqc, 2).bytes().to_vec(),
+            query_ok::<Mpt>(&mut h, MailboxOpcode::QueryMpt, 5).bytes().to_vec(),
+        ];
+        for (context, (address, _)) in victim_contexts.iter().zip(tables.victim()) {
+            assert_eq!(
+                &memory.read_bytes(address, context.len()),
+                context,
+                "the context table layout"
+            );
+        }
 
         // QP 0x19's outstanding requests: the peer never answers on its own.
         let remote_qp = qps.iter_mut().find(|q| q.qp.qpn == REMOTE_QPN).expect("QP 0x19");
@@ -478,6 +522,7 @@ impl LiveBed {
             transmitted: 0,
             victim_policy: victim,
             victim_contexts,
+            tables,
             initial,
             snapshot,
             checkpoint,
@@ -571,16 +616,16 @@ impl LiveBed {
         cqes
     }
 
-    /// The end of an input: lets the device finish (timers, retries), then checks that
-    /// every QP is in one of `allowed` states, that the victim's contexts are as they
-    /// were (when it is untouchable), and every new CQE.
+    /// The end of an input: checks that every QP is in one of `allowed` states, that the
+    /// victim's contexts are as they were (when it is untouchable), and every new CQE. The
+    /// device writes its cached contexts back first (as before any command), so host
+    /// memory holds them as the device sees them.
     pub fn finish(&mut self, allowed: &[QpState]) {
         self.drain_transmit();
-        self.h.settle();
-        self.drain_transmit();
+        self.h.device.write_back_contexts();
         for i in 0..self.qps.len() {
             let qpn = self.qps[i].qp.qpn;
-            let qpc: Qpc = query_ok(&mut self.h, MailboxOpcode::QueryQpc, qpn);
+            let qpc = Qpc::parse(&self.memory.read_bytes(self.tables.qpc(qpn), QPC_SIZE)).expect("QPC size");
             let state = qpc.qp_state();
             assert!(
                 state.is_ok_and(|s| allowed.contains(&s)),
@@ -590,13 +635,19 @@ impl LiveBed {
             );
         }
         if self.victim_policy == Victim::Untouchable {
-            let (qpc, cqc, mpt) = &self.victim_contexts;
-            let now: Qpc = query_ok(&mut self.h, MailboxOpcode::QueryQpc, VICTIM_QPN);
-            assert_eq!(now.bytes(), qpc.bytes(), "the victim QP's context changed");
-            let now: Cqc = query_ok(&mut self.h, MailboxOpcode::QueryCqc, 2);
-            assert_eq!(now.bytes(), cqc.bytes(), "the victim CQ's context changed");
-            let now: Mpt = query_ok(&mut self.h, MailboxOpcode::QueryMpt, 5);
-            assert_eq!(now.bytes(), mpt.bytes(), "the victim region's MPT changed");
+            let names = [
+                "QPC of the victim QP",
+                "CQC of the victim CQ",
+                "MPT of the victim region",
+            ];
+            for ((address, size), (before, name)) in self
+                .tables
+                .victim()
+                .into_iter()
+                .zip(self.victim_contexts.iter().zip(names))
+            {
+                assert!(self.memory.read_bytes(address, size) == *before, "the {name} changed");
+            }
         }
         for index in 0..self.cqs.len() {
             self.poll_cq(index);

@@ -17,6 +17,7 @@
 //! `docs/fuzzing.md` lists the targets, how to run them, and the recorded campaign.
 
 pub mod bar_access;
+pub mod cm_mads;
 pub mod cmdq;
 pub mod live;
 pub mod mailbox;

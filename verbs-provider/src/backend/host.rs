@@ -265,12 +265,27 @@ impl Shared {
         engine.transmit();
         let next = engine.device.next_event_time();
         drop(engine);
+        self.kick_if_sooner(next);
+        result
+    }
+
+    /// Brings the model up to date from a driver thread (an empty poll, a delay): frames
+    /// it takes from the network no longer wake the progress thread, so wake it when the
+    /// model now has something due before it would have woken.
+    fn pump(&self) {
+        let mut engine = self.engine();
+        engine.pump();
+        let next = engine.device.next_event_time();
+        drop(engine);
+        self.kick_if_sooner(next);
+    }
+
+    fn kick_if_sooner(&self, next: Option<Picoseconds>) {
         if let Some(next) = next {
             if next.0 / 1000 < self.sleeping_until.load(Ordering::Acquire) {
                 self.kick();
             }
         }
-        result
     }
 
     fn kick(&self) {
@@ -660,7 +675,7 @@ impl DeviceAccess for HostNic {
 
     fn delay(&self, nanoseconds: u64) {
         super::wall_clock_delay(nanoseconds);
-        self.shared.engine().pump();
+        self.shared.pump();
     }
 
     fn poll_interrupts(&self) -> Vec<u16> {
@@ -670,7 +685,7 @@ impl DeviceAccess for HostNic {
     fn wait_interrupt(&self, timeout_ns: u64) -> Vec<u16> {
         let deadline = Instant::now() + Duration::from_nanos(timeout_ns);
         loop {
-            self.shared.engine().pump();
+            self.shared.pump();
             let fired = self.poll_interrupts();
             if !fired.is_empty() || Instant::now() >= deadline {
                 return fired;
@@ -682,7 +697,7 @@ impl DeviceAccess for HostNic {
     /// An empty poll: bring the model up to the wall clock and move frames, so an
     /// application spinning on `ibv_poll_cq` drives its own traffic at full speed.
     fn idle(&self) {
-        self.shared.engine().pump();
+        self.shared.pump();
     }
 
     fn mac_address(&self) -> Option<[u8; 6]> {

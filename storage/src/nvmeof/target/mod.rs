@@ -685,6 +685,12 @@ impl Target {
             }
         };
         let (cid, command, data) = (capsule.sqe.cid, capsule.command, capsule.data.clone());
+        if let QueueState::Connected { cntlid } = queue.state {
+            if let Some(controller) = self.controllers.get_mut(&cntlid) {
+                controller.traffic_seen = true;
+            }
+        }
+        let queue = self.queues[q].as_mut().expect("present");
         queue.unanswered += 1;
         queue.sq_head = (queue.sq_head + 1) % queue.entries;
         // A CID of an unanswered command: a conflict (the first keeps it).
@@ -774,7 +780,7 @@ impl Target {
         match *command {
             Command::Identify { .. } => Ok(IDENTIFY_LEN as u32),
             Command::GetLogPage { dwords, .. } => {
-                let bytes = u64::from(dwords) * 4;
+                let bytes = dwords * 4;
                 if bytes > u64::from(max_transfer) {
                     return Err(Status::INVALID_FIELD);
                 }
@@ -1521,9 +1527,8 @@ impl Target {
         let mut work = 0;
         let expired: Vec<u16> = self
             .controllers
-            .values()
-            .filter(|c| c.keep_alive_deadline.is_some_and(|deadline| now > deadline))
-            .map(|c| c.cntlid)
+            .values_mut()
+            .filter_map(|c| c.keep_alive_expired(now).then_some(c.cntlid))
             .collect();
         for cntlid in expired {
             self.counters.keep_alive_expirations += 1;

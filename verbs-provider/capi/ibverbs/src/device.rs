@@ -246,6 +246,21 @@ pub struct OpenDevice {
     pub contexts: Mutex<Vec<usize>>,
 }
 
+impl Drop for OpenDevice {
+    fn drop(&mut self) {
+        if let Some(host) = &self.host {
+            let (transport, counters) = host.with_device(|d| (d.transport_counters(), d.counters()));
+            tracing::info!(
+                net = ?host.net_stats(),
+                ?transport,
+                doorbells = counters.doorbells,
+                cqes = counters.cqes,
+                "rnic0 closing"
+            );
+        }
+    }
+}
+
 static OPEN: Mutex<Weak<OpenDevice>> = Mutex::new(Weak::new());
 
 /// The open device, opening it first if no context has it open.

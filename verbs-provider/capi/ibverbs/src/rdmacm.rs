@@ -174,7 +174,10 @@ fn state() -> Result<Arc<CmState>, (i32, String)> {
     let open = ctx.open.clone();
     let cm = ConnectionManager::new(CmConfig::default());
     let neighbours: Arc<dyn NeighbourResolver> = match &open.entry.spec.backend {
-        Backend::Host { net: rnic_net::NetSpec::Udp(_), .. } => Arc::new(UdpNeighbours),
+        Backend::Host {
+            net: rnic_net::NetSpec::Udp(_),
+            ..
+        } => Arc::new(UdpNeighbours),
         _ => Arc::new(KernelNeighbours::new()),
     };
     cm.add_device(&open.context, neighbours)
@@ -488,7 +491,11 @@ fn wait_for(state: &CmState, id: &mut Id, wanted: &[CmEventKind], verb: &str) ->
         if wanted.contains(&kind) && status == 0 {
             return 0;
         }
-        return fail(verb, if status < 0 { -status } else { libc::ECONNREFUSED }, format!("{kind} (status {status})"));
+        return fail(
+            verb,
+            if status < 0 { -status } else { libc::ECONNREFUSED },
+            format!("{kind} (status {status})"),
+        );
     }
 }
 
@@ -721,7 +728,11 @@ pub unsafe extern "C" fn rnic_rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms
 /// # Safety
 /// Valid pointers.
 #[no_mangle]
-pub unsafe extern "C" fn rnic_rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> c_int {
+pub unsafe extern "C" fn rnic_rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
     guard("rdma_create_qp", -1, || {
         // SAFETY: the caller's promise.
         let (Some(ours), Some(init)) = (unsafe { id_of(id) }, unsafe { init.as_mut() }) else {
@@ -743,8 +754,20 @@ pub unsafe extern "C" fn rnic_rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_p
             unsafe {
                 let send_channel = crate::verbs::ibv_create_comp_channel(context);
                 let recv_channel = crate::verbs::ibv_create_comp_channel(context);
-                let send = crate::verbs::ibv_create_cq(context, init.cap.max_send_wr.max(1) as c_int, id.cast(), send_channel, 0);
-                let recv = crate::verbs::ibv_create_cq(context, init.cap.max_recv_wr.max(1) as c_int, id.cast(), recv_channel, 0);
+                let send = crate::verbs::ibv_create_cq(
+                    context,
+                    init.cap.max_send_wr.max(1) as c_int,
+                    id.cast(),
+                    send_channel,
+                    0,
+                );
+                let recv = crate::verbs::ibv_create_cq(
+                    context,
+                    init.cap.max_recv_wr.max(1) as c_int,
+                    id.cast(),
+                    recv_channel,
+                    0,
+                );
                 if send.is_null() || recv.is_null() {
                     return fail("rdma_create_qp", libc::ENOMEM, "cannot make the id's CQs");
                 }
@@ -784,9 +807,17 @@ pub unsafe extern "C" fn rnic_rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_p
             srq: rust_srq,
             cap: QpCapabilities {
                 max_send_wr: init.cap.max_send_wr.max(64),
-                max_recv_wr: if rust_srq.is_some() { 0 } else { init.cap.max_recv_wr.max(64) },
+                max_recv_wr: if rust_srq.is_some() {
+                    0
+                } else {
+                    init.cap.max_recv_wr.max(64)
+                },
                 max_send_sge: init.cap.max_send_sge.max(1),
-                max_recv_sge: if rust_srq.is_some() { 0 } else { init.cap.max_recv_sge.max(1) },
+                max_recv_sge: if rust_srq.is_some() {
+                    0
+                } else {
+                    init.cap.max_recv_sge.max(1)
+                },
                 max_inline_data: init.cap.max_inline_data,
             },
             sq_sig_all: init.sq_sig_all != 0,
@@ -806,7 +837,10 @@ pub unsafe extern "C" fn rnic_rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_p
             max_inline_data: cap.max_inline_data,
         };
         let bounce = if cap.max_inline_data > 0 {
-            match rust_pd.register_provider_memory(cap.max_inline_data.max(64) as usize, rnic_verbs::AccessFlags::LOCAL_WRITE) {
+            match rust_pd.register_provider_memory(
+                cap.max_inline_data.max(64) as usize,
+                rnic_verbs::AccessFlags::LOCAL_WRITE,
+            ) {
                 Ok(mr) => Some(Mutex::new(mr)),
                 Err(e) => return fail("rdma_create_qp", e.errno(), format!("inline staging buffer: {e}")),
             }
@@ -901,7 +935,12 @@ pub unsafe extern "C" fn rnic_rdma_destroy_qp(id: *mut rdma_cm_id) {
             let number = unsafe { (*ours.base.qp).qp_num };
             // SAFETY: the id's context is live.
             if let Some(ctx) = unsafe { ctx_of(ours.base.verbs) } {
-                ctx.open.objects.lock().unwrap_or_else(|e| e.into_inner()).qps.remove(&number);
+                ctx.open
+                    .objects
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .qps
+                    .remove(&number);
             }
         }
         // SAFETY: ours.
@@ -994,7 +1033,11 @@ pub unsafe extern "C" fn rnic_rdma_get_request(listen: *mut rdma_cm_id, id: *mut
             return fail("rdma_get_request", libc::EINVAL, "NULL id");
         };
         let Some(channel) = ours.sync_channel else {
-            return fail("rdma_get_request", libc::EINVAL, "the listening id has an event channel: use rdma_get_cm_event");
+            return fail(
+                "rdma_get_request",
+                libc::EINVAL,
+                "the listening id has an event channel: use rdma_get_cm_event",
+            );
         };
         loop {
             // SAFETY: the id's private channel.
@@ -1108,7 +1151,10 @@ pub unsafe extern "C" fn rnic_rdma_establish(id: *mut rdma_cm_id) -> c_int {
 /// # Safety
 /// Valid pointers.
 #[no_mangle]
-pub unsafe extern "C" fn rnic_rdma_get_cm_event(channel: *mut rdma_event_channel, event: *mut *mut rdma_cm_event) -> c_int {
+pub unsafe extern "C" fn rnic_rdma_get_cm_event(
+    channel: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
     guard("rdma_get_cm_event", -1, || {
         let state = with_state!("rdma_get_cm_event", -1);
         if channel.is_null() || event.is_null() {
@@ -1156,7 +1202,13 @@ pub unsafe extern "C" fn rnic_rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_
 /// # Safety
 /// Valid pointers.
 #[no_mangle]
-pub unsafe extern "C" fn rnic_rdma_set_option(id: *mut rdma_cm_id, level: c_int, name: c_int, value: *const c_void, length: usize) -> c_int {
+pub unsafe extern "C" fn rnic_rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    name: c_int,
+    value: *const c_void,
+    length: usize,
+) -> c_int {
     // SAFETY: the caller's promise.
     let Some(ours) = (unsafe { id_of(id) }) else {
         return fail("rdma_set_option", libc::EINVAL, "NULL id");
@@ -1199,7 +1251,11 @@ pub unsafe extern "C" fn rnic_rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut
 /// # Safety
 /// Valid pointers.
 #[no_mangle]
-pub unsafe extern "C" fn rnic_rdma_init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr, mask: *mut c_int) -> c_int {
+pub unsafe extern "C" fn rnic_rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_attr,
+    mask: *mut c_int,
+) -> c_int {
     // SAFETY: the caller's promise.
     let (Some(ours), Some(attr), false) = (unsafe { id_of(id) }, unsafe { attr.as_mut() }, mask.is_null()) else {
         return fail("rdma_init_qp_attr", libc::EINVAL, "NULL argument");
@@ -1242,7 +1298,11 @@ pub extern "C" fn rnic_rdma_leave_multicast() -> c_int {
 fn id_port(id: *mut rdma_cm_id, local: bool) -> u16 {
     // SAFETY: the caller's id.
     let Some(ours) = (unsafe { id_of(id) }) else { return 0 };
-    let address = if local { ours.id.local_addr() } else { ours.id.peer_addr() };
+    let address = if local {
+        ours.id.local_addr()
+    } else {
+        ours.id.peer_addr()
+    };
     address.ok().flatten().map_or(0, |a| a.port().to_be())
 }
 
@@ -1306,7 +1366,8 @@ pub unsafe extern "C" fn rnic_rdma_getaddrinfo(
             return fail("rdma_getaddrinfo", libc::EINVAL, "no node and no service");
         }
         // SAFETY: the caller's NUL-terminated strings.
-        let text = |p: *const c_char| (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned());
+        let text =
+            |p: *const c_char| (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned());
         let (node, service) = (text(node), text(service));
         // SAFETY: the caller's promise.
         let hints = unsafe { hints.as_ref() };
@@ -1314,16 +1375,32 @@ pub unsafe extern "C" fn rnic_rdma_getaddrinfo(
         let port: u16 = match service.as_deref().map(str::parse) {
             None => 0,
             Some(Ok(port)) => port,
-            Some(Err(_)) => return fail("rdma_getaddrinfo", libc::EINVAL, format!("service {service:?} is not a port number")),
+            Some(Err(_)) => {
+                return fail(
+                    "rdma_getaddrinfo",
+                    libc::EINVAL,
+                    format!("service {service:?} is not a port number"),
+                )
+            }
         };
         let passive = flags & RAI_PASSIVE != 0;
         let address = match node.as_deref() {
             None => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
-            Some(name) => match (name, port).to_socket_addrs().ok().and_then(|mut a| a.find(|a| a.is_ipv4()).or(None)) {
+            Some(name) => match (name, port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.find(|a| a.is_ipv4()).or(None))
+            {
                 Some(a) => a,
                 None => match (name, port).to_socket_addrs().ok().and_then(|mut a| a.next()) {
                     Some(a) => a,
-                    None => return fail("rdma_getaddrinfo", libc::EADDRNOTAVAIL, format!("cannot resolve {name:?}")),
+                    None => {
+                        return fail(
+                            "rdma_getaddrinfo",
+                            libc::EADDRNOTAVAIL,
+                            format!("cannot resolve {name:?}"),
+                        )
+                    }
                 },
             },
         };
@@ -1344,9 +1421,22 @@ pub unsafe extern "C" fn rnic_rdma_getaddrinfo(
         // SAFETY: just allocated.
         let i = unsafe { &mut *info };
         i.ai_flags = flags;
-        i.ai_family = if address.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
-        i.ai_qp_type = hints.map_or(IBV_QPT_RC, |h| if h.ai_qp_type != 0 { h.ai_qp_type } else { IBV_QPT_RC });
-        i.ai_port_space = hints.map_or(RDMA_PS_TCP, |h| if h.ai_port_space != 0 { h.ai_port_space } else { RDMA_PS_TCP });
+        i.ai_family = if address.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
+        i.ai_qp_type = hints.map_or(
+            IBV_QPT_RC,
+            |h| if h.ai_qp_type != 0 { h.ai_qp_type } else { IBV_QPT_RC },
+        );
+        i.ai_port_space = hints.map_or(RDMA_PS_TCP, |h| {
+            if h.ai_port_space != 0 {
+                h.ai_port_space
+            } else {
+                RDMA_PS_TCP
+            }
+        });
         if passive {
             i.ai_src_addr = sockaddr(address);
             i.ai_src_len = sockaddr_len(address);
@@ -1432,7 +1522,10 @@ pub unsafe extern "C" fn rnic_rdma_create_ep(
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .get_or_insert_with(HashMap::new)
-                    .insert(new_id as usize, (pd as usize, (*init).cap, (*init).qp_type, (*init).sq_sig_all));
+                    .insert(
+                        new_id as usize,
+                        (pd as usize, (*init).cap, (*init).qp_type, (*init).sq_sig_all),
+                    );
             }
             *id = new_id;
         }
@@ -1441,7 +1534,10 @@ pub unsafe extern "C" fn rnic_rdma_create_ep(
 }
 
 /// QP attributes of passive endpoints, for the ids their requests bring.
-static PASSIVE_QP: Mutex<Option<HashMap<usize, (usize, ibv_qp_cap, c_int, c_int)>>> = Mutex::new(None);
+/// What a passive endpoint's QPs are made with: PD (address), caps, QP type, sq_sig_all.
+type PassiveQp = (usize, ibv_qp_cap, c_int, c_int);
+
+static PASSIVE_QP: Mutex<Option<HashMap<usize, PassiveQp>>> = Mutex::new(None);
 
 /// `rdma_destroy_ep`.
 ///
@@ -1470,7 +1566,9 @@ unsafe fn passive_qp(listen: *mut rdma_cm_id, new_id: *mut rdma_cm_id) -> c_int 
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
         .and_then(|t| t.get(&(listen as usize)).copied());
-    let Some((pd, cap, qp_type, sq_sig_all)) = entry else { return 0 };
+    let Some((pd, cap, qp_type, sq_sig_all)) = entry else {
+        return 0;
+    };
     let mut init = ibv_qp_init_attr {
         qp_context: null_mut(),
         send_cq: null_mut(),

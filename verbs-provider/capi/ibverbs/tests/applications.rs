@@ -15,7 +15,9 @@ fn perftest(program: &str, extra: &[&str], pair: u8, iterations: &str) {
         return;
     }
     let port = format!("{}", 19_100 + u32::from(pair));
-    let mut args = vec!["-d", "rnic0", "-p", &port, "-n", iterations];
+    // QP timeout 18 (~1 s) instead of perftest's 14 (~67 ms): a 2-core CI host shared
+    // with other jobs may not schedule the peer's progress thread for longer than that.
+    let mut args = vec!["-d", "rnic0", "-p", &port, "-n", iterations, "-u", "18"];
     args.extend_from_slice(extra);
     let server_ip = format!("127.0.1.{}", 2 * pair + 1);
     let client_ip = format!("127.0.1.{}", 2 * pair + 2);
@@ -102,7 +104,7 @@ fn ib_write_bw_sweeps_every_size() {
     }
     let result = run_pair(
         "ib_write_bw",
-        &["-d", "rnic0", "-p", "19113", "-a", "-n", "20"],
+        &["-d", "rnic0", "-p", "19113", "-a", "-n", "20", "-u", "18"],
         "127.0.1.27",
         "127.0.1.28",
     );

@@ -15,6 +15,8 @@
 //! `rdma_create_srq`, ECE, multicast (`EOPNOTSUPP` from libibverbs).
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)]
+// The forwarding table spells every return type, `()` included.
+#![allow(clippy::unused_unit)]
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Once, OnceLock};
@@ -146,10 +148,28 @@ macro_rules! minus_one_isize {
 }
 
 minus_one!(
-    rdma_destroy_srq, rdma_set_local_ece, rdma_get_remote_ece, rsocket, rbind, rlisten, raccept, rconnect, rshutdown,
-    rclose, rpoll, rselect, rgetpeername, rgetsockname, rsetsockopt, rgetsockopt, rfcntl, riounmap
+    rdma_destroy_srq,
+    rdma_set_local_ece,
+    rdma_get_remote_ece,
+    rsocket,
+    rbind,
+    rlisten,
+    raccept,
+    rconnect,
+    rshutdown,
+    rclose,
+    rpoll,
+    rselect,
+    rgetpeername,
+    rgetsockname,
+    rsetsockopt,
+    rgetsockopt,
+    rfcntl,
+    riounmap
 );
-minus_one_isize!(rrecv, rrecvfrom, rrecvmsg, rsend, rsendto, rsendmsg, rread, rreadv, rwrite, rwritev, riomap, riowrite);
+minus_one_isize!(
+    rrecv, rrecvfrom, rrecvmsg, rsend, rsendto, rsendmsg, rread, rreadv, rwrite, rwritev, riomap, riowrite
+);
 
 /// `rdma_create_srq`: NULL, errno `ENOSYS` (create the SRQ with `ibv_create_srq`).
 #[no_mangle]

@@ -1,6 +1,7 @@
 //! Running unmodified Debian RDMA programs on our libraries: the library directory, the
 //! server/client pair with bounded time, and what a test checks of their output.
 #![allow(dead_code)]
+#![allow(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -28,6 +29,36 @@ pub fn library_directory() -> PathBuf {
             PathBuf::from(text.lines().last().expect("the script prints the directory").trim())
         })
         .clone()
+}
+
+/// Held while a test runs RDMA programs: the tests take turns across test processes
+/// (nextest runs them side by side), because a pair of programs with their progress
+/// threads already fills a 2-core machine, and a peer that is not scheduled for long
+/// enough makes the transport time out, as a stalled host would on hardware.
+pub struct Turn(std::fs::File);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this value owns.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// Waits for this test's turn.
+pub fn take_turn() -> Turn {
+    use std::os::fd::AsRawFd;
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("rdma-programs.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .expect("open the turn lock");
+    // SAFETY: flock on a descriptor we own; it blocks until the other holder lets go.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(locked, 0, "flock {}", path.display());
+    Turn(file)
 }
 
 /// Fails the test (with how to install it) when a Debian program is missing; CI installs
@@ -63,21 +94,62 @@ pub fn command(program: &str, args: &[&str], device: &str) -> Command {
     command
 }
 
-/// Waits for `child` at most `limit`; kills it past that (the test then fails on its
-/// status).
-pub fn wait_bounded(mut child: Child, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                break;
+/// A running program whose output is read as it comes (a program that prints more than
+/// a pipe holds would otherwise block while the test waits for its peer).
+pub struct Running {
+    child: Child,
+    stdout: std::thread::JoinHandle<Vec<u8>>,
+    stderr: std::thread::JoinHandle<Vec<u8>>,
+}
+
+impl Running {
+    /// Starts reading `child`'s output.
+    pub fn new(mut child: Child) -> Self {
+        use std::io::Read;
+        fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        }
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+        Self { child, stdout, stderr }
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits at most `limit`; kills the program past that (the test then fails on its
+    /// status).
+    pub fn wait(mut self, limit: Duration) -> Output {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    let _ = self.child.kill();
+                    break self.child.wait().expect("reap the program");
+                }
             }
+        };
+        Output {
+            status,
+            stdout: self.stdout.join().unwrap_or_default(),
+            stderr: self.stderr.join().unwrap_or_default(),
         }
     }
-    child.wait_with_output().expect("collect the program's output")
+}
+
+/// Waits for `child` at most `limit`, reading its output meanwhile.
+pub fn wait_bounded(child: Child, limit: Duration) -> Output {
+    Running::new(child).wait(limit)
 }
 
 /// Both sides' output.
@@ -116,20 +188,48 @@ impl Pair {
 /// Runs `program` as server on `udp:server_ip` and as client on `udp:client_ip`, the
 /// client given `server_args` + `client_args` + the server's host; 60 s at most each.
 pub fn run_pair(program: &str, args: &[&str], server_ip: &str, client_ip: &str) -> Pair {
-    let server = command(program, args, &format!("udp:{server_ip}"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {program}: {e}"));
-    // Both perftest and the pingpongs retry the TCP connection for a while, but give the
-    // server a moment to listen.
-    std::thread::sleep(Duration::from_millis(300));
+    let _turn = take_turn();
+    let server = Running::new(
+        command(program, args, &format!("udp:{server_ip}"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {program}: {e}")),
+    );
+    // The client gives up soon when nobody listens, and on a loaded host the server's
+    // start (device bring-up) takes a while: wait until its TCP port listens.
+    if let Some(port) = args.windows(2).find(|w| w[0] == "-p").and_then(|w| w[1].parse().ok()) {
+        wait_for_listener(port, Duration::from_secs(30));
+    } else {
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let mut client_args: Vec<&str> = args.to_vec();
     client_args.push("127.0.0.1");
     let client = command(program, &client_args, &format!("udp:{client_ip}"))
         .spawn()
         .unwrap_or_else(|e| panic!("start {program}: {e}"));
     let client = wait_bounded(client, Duration::from_secs(60));
-    let server = wait_bounded(server, Duration::from_secs(10));
+    let server = server.wait(Duration::from_secs(10));
     Pair { server, client }
+}
+
+/// Waits until a TCP socket listens on `port` (`/proc/net/tcp`, state 0A), at most
+/// `limit`.
+pub fn wait_for_listener(port: u16, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let wanted = format!(":{port:04X} ");
+    while Instant::now() < deadline {
+        let listening = ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|path| {
+            std::fs::read_to_string(path).is_ok_and(|table| {
+                table.lines().skip(1).any(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    fields.len() > 3 && format!("{} ", &fields[1][fields[1].len() - 5..]) == wanted && fields[3] == "0A"
+                })
+            })
+        });
+        if listening {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The numbers of perftest's result line (the line after the `#bytes` header).
