@@ -10,26 +10,69 @@ use std::sync::Arc;
 use rnic_firmware_if::doorbell::{DB_OFFSET, EQ_DB_OFFSET};
 use rnic_firmware_if::regs;
 
+use crate::bus::Bus;
+use crate::command::Rejection;
 use crate::config::DeviceConfig;
+use crate::cq::{CompletionQueues, CqError};
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
-use crate::eq::EventQueues;
-use crate::fast_hash::FastHashMap;
-use crate::firmware::Rejection;
+use crate::eq::{EqKind, EventQueues};
 use crate::firmware::{CommandQueue, Firmware};
-use crate::hem::{ContextCache, ContextTable};
+use crate::hem::Contexts;
 use crate::interrupt::InterruptSink;
-use crate::memory::{AccessKind, HostMemory, MemoryError};
-use crate::mtt::{Mtr, MttError, TranslationCache};
-use crate::pci::{BarDescriptor, ConfigSpace, MsixTable};
+use crate::memory::{HostMemory, MemoryError};
+use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
+use crate::mtt::{DmaFault, Mtr, MttError, TranslationCache};
+use crate::pci::{BarDescriptor, ConfigSpace};
+use crate::probe::{Observer, Port};
+use crate::qp::{DoorbellOutcome, QueuePairs, WorkQueue};
+use crate::srq::{SharedReceiveQueues, SrqWqe};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
 use crate::transport::Transport;
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::Mpt;
+use rnic_firmware_if::context::{Cqc, Eqc, Mpt, QpState, Qpc, Srqc};
+use rnic_firmware_if::cqe::Cqe;
+use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
 
+/// The services of the device `$device`, borrowed field by field (so the block being
+/// called, another field, stays free).
+macro_rules! services {
+    ($device:ident) => {
+        Services {
+            translation: &mut $device.translations,
+            bus: &mut $device.bus,
+            timing: &mut $device.timing,
+            scheduler: &mut $device.scheduler,
+            diagnostics: &mut $device.diagnostics,
+        }
+    };
+}
+
+/// What the QP block of the device `$device` is bound to, borrowed field by field.
+macro_rules! qp_wiring {
+    ($device:ident) => {
+        QpWiring {
+            objects: objects!($device),
+            cqs: &mut $device.cqs,
+            srqs: &mut $device.srqs,
+        }
+    };
+}
+
+/// What the object blocks of the device `$device` are bound to, borrowed field by field.
+macro_rules! objects {
+    ($device:ident) => {
+        Objects {
+            services: services!($device),
+            contexts: &mut $device.contexts,
+            eqs: &mut $device.eqs,
+        }
+    };
+}
+
 /// Something the device will do at a virtual instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Event {
     /// Process the command queue up to the producer index.
     CommandQueue,
@@ -38,12 +81,7 @@ pub(crate) enum Event {
     /// A function reset finishes.
     ResetDone,
     /// An EQ's coalescing period expired: raise its interrupt if entries are pending.
-    EqCoalesceTimer {
-        /// EQ number.
-        eqn: u32,
-        /// Generation of the timer, to ignore timers superseded by an earlier interrupt.
-        generation: u64,
-    },
+    Eq(crate::eq::Timer),
     /// The port finished serialising a frame and may start the next (transport).
     TransportTx,
     /// Received frames leave the receive pipeline for the engines (transport).
@@ -85,38 +123,27 @@ pub struct Counters {
     pub dma_errors: u64,
 }
 
-/// Control registers of BAR0 that are not part of a sub-engine.
+/// Control registers of BAR0 that are not part of a block.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ControlRegisters {
-    pub abnormal_config: u32,
-    pub abnormal_status: u32,
-    pub abnormal_enable: u32,
-    pub event_enable: Vec<bool>,
+    /// A function reset is in progress.
     pub resetting: bool,
+    /// The firmware hit a fatal error (FUNCTION_STATUS.FATAL).
     pub fatal: bool,
-}
-
-/// The context tables kept in host memory (HEM).
-#[derive(Debug, Clone)]
-pub(crate) struct ContextTables {
-    pub qpc: ContextTable,
-    pub mpt: ContextTable,
-    pub cqc: ContextTable,
-    pub srqc: ContextTable,
 }
 
 /// One rnic device (one PCI function).
 pub struct Device {
     pub(crate) config: DeviceConfig,
     pub(crate) scheduler: Scheduler<Event>,
-    pub(crate) memory: Arc<dyn HostMemory>,
-    pub(crate) interrupts: Box<dyn InterruptSink>,
+    /// Host memory behind the bus-master gate: every DMA access.
+    pub(crate) bus: Bus,
     pub(crate) config_space: ConfigSpace,
-    pub(crate) msix: MsixTable,
     pub(crate) registers: ControlRegisters,
     pub(crate) cmdq: CommandQueue,
     pub(crate) firmware: Firmware,
-    pub(crate) tables: ContextTables,
+    /// The context tables, their write-back QPC/CQC cache and the recorded QP progress.
+    pub(crate) contexts: Contexts,
     pub(crate) eqs: EventQueues,
     /// The RoCEv2 transport engines and the port.
     pub(crate) transport: Transport,
@@ -126,26 +153,23 @@ pub struct Device {
     pub(crate) doorbell_latch: Vec<[Option<u32>; 2]>,
     pub(crate) diagnostics: DiagnosticLog,
     pub(crate) counters: Counters,
-    /// MPT index → the context as last read from host memory, forgotten with the context
-    /// tables' remembered addresses (see [`Device::forget_context_caches`]) and when the
-    /// device itself changes an MPT: the hns MPT cache.
-    pub(crate) mpt_cache: FastHashMap<u32, crate::mpt::CheckedMpt>,
+    /// Memory protection: the MPT cache and the access checks.
+    pub(crate) mpt: MemoryProtection,
     /// The MTT cache: page translations, forgotten with the MPT cache.
     pub(crate) translations: TranslationCache,
-    /// The QPC and CQC cache (hns keeps both on chip): contexts the device read, written
-    /// back to host memory lazily, before anything can look at host memory's copy (see
-    /// [`Device::write_back_contexts`]).
-    pub(crate) context_cache: ContextCache,
-    /// CQN → the CQ's context address and CQE buffer translation, forgotten with the
-    /// context cache and at CREATE/DESTROY_CQC (see `cq`).
-    pub(crate) cq_buffers: FastHashMap<u32, crate::cq::CqBuffer>,
+    /// Completion queues: CQEs, CQ doorbells, the CQ mailbox commands.
+    pub(crate) cqs: CompletionQueues,
+    /// Shared receive queues.
+    pub(crate) srqs: SharedReceiveQueues,
+    /// Queue pairs: the state machine, SQ/RQ doorbells, the flush.
+    pub(crate) qps: QueuePairs,
 }
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
             .field("now", &self.scheduler.now())
-            .field("counters", &self.counters)
+            .field("counters", &self.counters())
             .finish_non_exhaustive()
     }
 }
@@ -169,45 +193,31 @@ impl Device {
             },
         ];
         let config_space = ConfigSpace::new(config.identity, &bars, vectors);
-        let tables = Self::context_tables_for(&config);
-        let eqs = EventQueues::new(&config.caps);
+        let mut bus = Bus::new(memory);
+        bus.set_master(config_space.bus_master_enabled());
+        let mut eqs = EventQueues::new(&config.caps, vectors, interrupts);
+        eqs.set_msix_control(config_space.msix_enabled(), config_space.msix_function_masked());
         let pages = config.doorbell_pages.max(1) as usize;
         Self {
             scheduler: Scheduler::new(),
-            memory,
-            interrupts,
+            bus,
             config_space,
-            msix: MsixTable::new(vectors),
-            registers: ControlRegisters {
-                event_enable: vec![false; regs::MAX_EVENT_INT_ENABLES as usize],
-                ..Default::default()
-            },
+            registers: ControlRegisters::default(),
             cmdq: CommandQueue::default(),
             firmware: Firmware::new(&config),
-            tables,
+            contexts: Contexts::new(&config),
             eqs,
             transport: Transport::new(),
             timing: TimingModel::new(config.timing),
             doorbell_latch: vec![[None; 2]; pages],
             diagnostics: DiagnosticLog::default(),
             counters: Counters::default(),
-            mpt_cache: FastHashMap::default(),
+            mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
             translations: TranslationCache::default(),
-            context_cache: ContextCache::default(),
-            cq_buffers: FastHashMap::default(),
+            cqs: CompletionQueues::new(&config.caps),
+            srqs: SharedReceiveQueues::new(&config.caps),
+            qps: QueuePairs::new(&config.caps),
             config,
-        }
-    }
-
-    pub(crate) fn context_tables_for(config: &DeviceConfig) -> ContextTables {
-        use rnic_firmware_if::context::{CQC_SIZE, MPT_SIZE, QPC_SIZE, SRQC_SIZE};
-        let caps = &config.caps;
-        let slots = &config.bt_slots;
-        ContextTables {
-            qpc: ContextTable::new("QPC", QPC_SIZE as u64, caps.num_qps, slots.qpc as usize),
-            mpt: ContextTable::new("MPT", MPT_SIZE as u64, caps.num_mtpts, slots.mpt as usize),
-            cqc: ContextTable::new("CQC", CQC_SIZE as u64, caps.num_cqs, slots.cqc as usize),
-            srqc: ContextTable::new("SRQC", SRQC_SIZE as u64, caps.num_srqs, slots.srqc as usize),
         }
     }
 
@@ -215,29 +225,29 @@ impl Device {
     /// pending events, virtual time — that DMAs into the same host memory and signals
     /// `interrupts`. Host memory is not the device's, so it is not copied: a caller that
     /// wants to return to this moment restores it. Fuzzers bring a device up once and
-    /// fork it for each input instead of bringing it up again.
+    /// fork it for each input instead of bringing it up again. Observers stay with the
+    /// original.
     pub fn fork(&self, interrupts: Box<dyn InterruptSink>) -> Device {
         Device {
             config: self.config.clone(),
             scheduler: self.scheduler.clone(),
-            memory: self.memory.clone(),
-            interrupts,
+            bus: self.bus.fork(),
             config_space: self.config_space.clone(),
-            msix: self.msix.clone(),
             registers: self.registers.clone(),
             cmdq: self.cmdq.clone(),
             firmware: self.firmware.clone(),
-            tables: self.tables.clone(),
-            eqs: self.eqs.clone(),
+            contexts: self.contexts.clone(),
+            eqs: self.eqs.fork(interrupts),
             transport: self.transport.clone(),
             timing: self.timing.clone(),
             doorbell_latch: self.doorbell_latch.clone(),
             diagnostics: self.diagnostics.clone(),
             counters: self.counters,
-            mpt_cache: self.mpt_cache.clone(),
+            mpt: self.mpt.clone(),
             translations: self.translations.clone(),
-            context_cache: self.context_cache.clone(),
-            cq_buffers: self.cq_buffers.clone(),
+            cqs: self.cqs.clone(),
+            srqs: self.srqs.clone(),
+            qps: self.qps.clone(),
         }
     }
 
@@ -265,10 +275,12 @@ impl Device {
             self.run_due_events(t);
         }
         self.scheduler.advance_to(t);
+        self.bus.set_now(self.scheduler.now());
     }
 
     fn run_due_events(&mut self, t: Picoseconds) {
         while let Some(event) = self.scheduler.pop_due(t) {
+            self.bus.set_now(self.scheduler.now());
             self.run_event(event);
         }
     }
@@ -292,7 +304,9 @@ impl Device {
             Event::ResetDone => {
                 self.registers.resetting = false;
             }
-            Event::EqCoalesceTimer { eqn, generation } => self.eq_coalesce_timer(eqn, generation),
+            Event::Eq(timer) => {
+                self.eqs.coalesce_timer(&mut services!(self), timer);
+            }
             Event::TransportTx => self.transport_tx_event(),
             Event::TransportRx => self.transport_rx_event(),
             Event::AckTimer { qpn, generation } => self.ack_timer_event(qpn, generation),
@@ -312,7 +326,31 @@ impl Device {
 
     /// Counters since power-on.
     pub fn counters(&self) -> Counters {
-        self.counters
+        let eq = self.eqs.counters();
+        let cq = self.cqs.counters();
+        let srq = self.srqs.counters();
+        let qp = self.qps.counters();
+        Counters {
+            doorbells: self.counters.doorbells + eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
+            doorbells_dropped: self.counters.doorbells_dropped
+                + eq.doorbells_dropped
+                + cq.doorbells_dropped
+                + srq.doorbells_dropped
+                + qp.doorbells_dropped,
+            cqes: cq.cqes,
+            eqes: eq.eqes,
+            interrupts: eq.interrupts,
+            dma_errors: self.bus.errors(),
+            ..self.counters
+        }
+    }
+
+    /// Puts `observer` on `port` (None takes it off) and returns the observer it replaces:
+    /// from then on it sees every transaction crossing that port (see [`crate::probe`]).
+    pub fn attach_observer(&mut self, port: Port, observer: Option<Box<dyn Observer>>) -> Option<Box<dyn Observer>> {
+        match port {
+            Port::Bus => self.bus.probe_mut().attach(observer),
+        }
     }
 
     /// The diagnostic log.
@@ -333,12 +371,7 @@ impl Device {
     /// Number of valid objects per context table (QP, MPT, CQ, SRQ), read from host
     /// memory; used by leak tests and `query` tools.
     pub fn context_table_slots_in_use(&self) -> [usize; 4] {
-        [
-            self.tables.qpc.valid_l0_slots(),
-            self.tables.mpt.valid_l0_slots(),
-            self.tables.cqc.valid_l0_slots(),
-            self.tables.srqc.valid_l0_slots(),
-        ]
+        self.contexts.slots_in_use()
     }
 
     pub(crate) fn diagnose(
@@ -362,60 +395,20 @@ impl Device {
     // ---- DMA gate -------------------------------------------------------------------
 
     /// DMA read, refused unless bus mastering is enabled.
+    #[inline]
     pub(crate) fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
-        let result = if self.config_space.bus_master_enabled() {
-            self.memory.read(address, buffer)
-        } else {
-            Err(MemoryError::Permission {
-                kind: AccessKind::Read,
-                address,
-            })
-        };
-        if result.is_err() {
-            self.counters.dma_errors += 1;
-        }
-        result
+        self.bus.read(address, buffer)
     }
 
     /// DMA write, refused unless bus mastering is enabled.
+    #[inline]
     pub(crate) fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
-        let result = if self.config_space.bus_master_enabled() {
-            self.memory.write(address, data)
-        } else {
-            Err(MemoryError::Permission {
-                kind: AccessKind::Write,
-                address,
-            })
-        };
-        if result.is_err() {
-            self.counters.dma_errors += 1;
-        }
-        result
-    }
-
-    /// Host memory as seen by DMA, when bus mastering is on.
-    pub(crate) fn dma_memory(&self) -> Option<&dyn HostMemory> {
-        self.config_space
-            .bus_master_enabled()
-            .then_some(&*self.memory as &dyn HostMemory)
-    }
-
-    // ---- interrupts -----------------------------------------------------------------
-
-    /// Signals MSI-X `vector` (pending if masked).
-    pub(crate) fn signal_vector(&mut self, vector: u16) {
-        self.counters.interrupts += 1;
-        let enabled = self.config_space.msix_enabled();
-        let masked = self.config_space.msix_function_masked();
-        self.msix.signal(vector, enabled, masked, &mut *self.interrupts);
+        self.bus.write(address, data)
     }
 
     /// Sets abnormal status bits and raises the abnormal vector if enabled.
     pub(crate) fn raise_abnormal(&mut self, bits: u32) {
-        self.registers.abnormal_status |= bits;
-        if self.registers.abnormal_config & 1 != 0 && self.registers.abnormal_enable & bits != 0 {
-            self.signal_vector(regs::ABNORMAL_VECTOR);
-        }
+        self.eqs.raise_abnormal(bits);
     }
 
     // ---- configuration space --------------------------------------------------------
@@ -429,12 +422,12 @@ impl Device {
     pub fn config_write(&mut self, offset: usize, data: &[u8]) {
         // The write may turn bus mastering off: the cached contexts go back first.
         self.drop_context_cache();
-        let was_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
         self.config_space.write(offset, data);
-        let now_masked = self.config_space.msix_function_masked() || !self.config_space.msix_enabled();
-        if was_masked && !now_masked {
-            self.msix.function_unmasked(&mut *self.interrupts);
-        }
+        self.bus.set_master(self.config_space.bus_master_enabled());
+        self.eqs.set_msix_control(
+            self.config_space.msix_enabled(),
+            self.config_space.msix_function_masked(),
+        );
     }
 
     // ---- BARs -----------------------------------------------------------------------
@@ -458,7 +451,7 @@ impl Device {
             regs::CONTROL_BAR => self.control_read(offset, data),
             // Doorbells are write-only; their pages read as zero, like hns's.
             regs::DOORBELL_BAR => data.fill(0),
-            regs::MSIX_BAR => self.msix.read(offset, data),
+            regs::MSIX_BAR => self.eqs.read_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -484,11 +477,7 @@ impl Device {
         match bar {
             regs::CONTROL_BAR => self.control_write(offset, data),
             regs::DOORBELL_BAR => self.doorbell_page_write(offset, data),
-            regs::MSIX_BAR => {
-                let enabled = self.config_space.msix_enabled();
-                let masked = self.config_space.msix_function_masked();
-                self.msix.write(offset, data, enabled, masked, &mut *self.interrupts);
-            }
+            regs::MSIX_BAR => self.eqs.write_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -561,15 +550,15 @@ impl Device {
             regs::CSQ_DEPTH => self.cmdq.depth_register,
             regs::CSQ_PRODUCER_INDEX => self.cmdq.producer_index,
             regs::CSQ_CONSUMER_INDEX => self.cmdq.consumer_index,
-            regs::ABNORMAL_INT_CONFIG => self.registers.abnormal_config,
-            regs::ABNORMAL_INT_STATUS => self.registers.abnormal_status,
-            regs::ABNORMAL_INT_ENABLE => self.registers.abnormal_enable,
+            regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
+                self.eqs.read_abnormal(offset)
+            }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
-                let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as usize;
-                self.registers.event_enable[eqn] as u32
+                let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
+                self.eqs.read_interrupt_enable(eqn)
             }
             _ => {
                 self.diagnose(
@@ -606,18 +595,15 @@ impl Device {
             | regs::CSQ_DEPTH
             | regs::CSQ_PRODUCER_INDEX
             | regs::CSQ_CONSUMER_INDEX => self.command_queue_register_write(offset, value),
-            regs::ABNORMAL_INT_CONFIG => self.registers.abnormal_config = value,
-            regs::ABNORMAL_INT_STATUS => self.registers.abnormal_status &= !value,
-            regs::ABNORMAL_INT_ENABLE => self.registers.abnormal_enable = value,
+            regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
+                self.eqs.write_abnormal(offset, value)
+            }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                self.registers.event_enable[eqn as usize] = value & 1 != 0;
-                if value & 1 != 0 {
-                    self.eq_interrupt_enabled(eqn);
-                }
+                self.eqs.write_interrupt_enable(&mut services!(self), eqn, value);
             }
             o => {
                 let known = regs::REGISTERS.iter().find(|r| r.offset == o);
@@ -650,15 +636,13 @@ impl Device {
         self.scheduler.clear();
         self.cmdq = CommandQueue::default();
         self.firmware = Firmware::new(&self.config);
-        self.tables = Self::context_tables_for(&self.config);
-        self.mpt_cache.clear();
+        self.contexts.clear_tables(&self.config);
+        self.mpt.forget();
         self.translations.clear();
-        self.eqs = EventQueues::new(&self.config.caps);
+        self.eqs.reset();
         self.transport = Transport::new();
         self.timing = TimingModel::new(self.config.timing);
-        let event_enables = self.registers.event_enable.len();
         self.registers = ControlRegisters {
-            event_enable: vec![false; event_enables],
             resetting: true,
             ..Default::default()
         };
@@ -759,141 +743,525 @@ impl Device {
 // ---- context access (host memory is the truth) ---------------------------------------
 
 impl Device {
-    fn table(&self, table: ContextTableId) -> &ContextTable {
-        match table {
-            ContextTableId::Qpc => &self.tables.qpc,
-            ContextTableId::Mpt => &self.tables.mpt,
-            ContextTableId::Cqc => &self.tables.cqc,
-            ContextTableId::Srqc => &self.tables.srqc,
-        }
-    }
-
-    /// Bus address of object `index` in `table`.
-    pub(crate) fn context_address(&mut self, table: ContextTableId, index: u32) -> Result<u64, Rejection> {
-        let context_table = self.table(table);
-        if index >= context_table.object_count() {
-            return Err(Rejection::index(index as u64, context_table.object_count() as u64));
-        }
-        if !self.config_space.bus_master_enabled() {
-            return Err(Rejection::dma("context", 0, "bus mastering is disabled"));
-        }
-        let memory = &*self.memory;
-        let context_table = match table {
-            ContextTableId::Qpc => &mut self.tables.qpc,
-            ContextTableId::Mpt => &mut self.tables.mpt,
-            ContextTableId::Cqc => &mut self.tables.cqc,
-            ContextTableId::Srqc => &mut self.tables.srqc,
-        };
-        let result = context_table.locate_cached(memory, index);
-        result.map_err(|e| Rejection::no_table("context table", index as u64, e))
-    }
-
     /// Forgets the object addresses the context tables remember, the cached MPTs and the
     /// cached page translations: the driver may have changed host BT pages or contexts
     /// before any command or mailbox (see `hem`).
     pub(crate) fn forget_context_caches(&mut self) {
-        self.drop_context_cache();
-        self.tables.qpc.forget_locations();
-        self.tables.mpt.forget_locations();
-        self.tables.cqc.forget_locations();
-        self.tables.srqc.forget_locations();
-        self.mpt_cache.clear();
+        self.contexts.forget(&mut self.bus);
+        self.cqs.forget_buffers();
+        self.mpt.forget();
         self.translations.clear();
     }
 
-    /// Translates byte `offset` of the buffer `mtr` describes through the MTT cache;
-    /// None when bus mastering is off.
-    pub(crate) fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
-        if !self.config_space.bus_master_enabled() {
-            return None;
-        }
-        Some(self.translations.translate(&*self.memory, mtr, offset))
+    /// Applies the QPs' recorded progress to their QPCs and writes the cached contexts
+    /// that are newer than host memory back to it (see [`Contexts::write_back`]).
+    ///
+    /// Public so that tests and fuzzers can read every QPC and CQC from host memory as the
+    /// device sees it without issuing a command (which does this first).
+    pub fn write_back_contexts(&mut self) {
+        self.contexts.write_back(&mut self.bus);
     }
 
-    /// MPT `index`, from the MPT cache or else read from host memory (and then cached).
-    /// With bus mastering off it fails as the read would, cached or not.
-    pub(crate) fn cached_mpt(&mut self, index: u32) -> Result<crate::mpt::CheckedMpt, Rejection> {
-        if self.config_space.bus_master_enabled() {
-            if let Some(mpt) = self.mpt_cache.get(&index) {
-                return Ok(*mpt);
-            }
-        }
-        let mpt = crate::mpt::CheckedMpt::decode(&self.read_context::<Mpt>(ContextTableId::Mpt, index)?.0);
-        if self.mpt_cache.len() >= crate::hem::LOCATION_CACHE_CAPACITY {
-            self.mpt_cache.clear();
-        }
-        self.mpt_cache.insert(index, mpt);
-        Ok(mpt)
+    /// Writes the cached contexts back and forgets them with the CQ buffer records that
+    /// lean on them.
+    fn drop_context_cache(&mut self) {
+        self.contexts.drop_cache(&mut self.bus);
+        self.cqs.forget_buffers();
+    }
+}
+
+// ---- requests routed to the blocks ----------------------------------------------------------
+
+impl Device {
+    /// CREATE_MPT.
+    pub(crate) fn create_mpt(&mut self, index: u32, mpt: Mpt) -> Result<(), Rejection> {
+        self.mpt.create(&mut objects!(self), index, mpt)
     }
 
-    /// Reads object `index`'s context (a QPC or CQC from the context cache, else from
-    /// host memory); returns it and its bus address.
-    pub(crate) fn read_context<L: Layout>(&mut self, table: ContextTableId, index: u32) -> Result<(L, u64), Rejection> {
-        if table == ContextTableId::Qpc && !self.transport.qpc_progress.is_empty() {
-            // Whoever reads a QPC sees the engines' recorded progress in it.
-            self.apply_qpc_progress(index);
-        }
-        let address = self.context_address(table, index)?;
-        let mut context = L::zeroed();
-        let cached = matches!(table, ContextTableId::Qpc | ContextTableId::Cqc);
-        if cached {
-            if let Some(bytes) = self.context_cache.lookup(address, L::SIZE) {
-                context.bytes_mut().copy_from_slice(bytes);
-                return Ok((context, address));
-            }
-        }
-        self.dma_read(address, context.bytes_mut())
-            .map_err(|e| Rejection::dma("context", address, e))?;
-        if cached {
-            if self.context_cache.is_full() {
-                // Recorded QP progress stays recorded: it is applied through this cache.
-                self.write_back_dirty_contexts();
-                self.context_cache.clear();
-            }
-            self.context_cache.fill(address, context.bytes());
-        }
-        Ok((context, address))
+    /// DESTROY_MPT.
+    pub(crate) fn destroy_mpt(&mut self, index: u32) -> Result<(), Rejection> {
+        self.mpt.destroy(&mut objects!(self), index)
     }
 
-    /// Writes a context: into the context cache when it holds the context and host
-    /// memory has taken a write there before, else to host memory.
-    pub(crate) fn write_context<L: Layout>(&mut self, address: u64, context: &L) -> Result<(), Rejection> {
-        // The cache is empty while bus mastering is off (see `config_write`).
-        if self.context_cache.absorb(address, context.bytes()) {
-            return Ok(());
+    /// QUERY_MPT.
+    pub(crate) fn query_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
+        self.mpt.query(&mut objects!(self), index)
+    }
+
+    /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in
+    /// `pd` needing `needed`, and returns how to translate it (the memory-protection
+    /// block's access check).
+    #[inline]
+    pub fn check_memory_access(
+        &mut self,
+        key: u32,
+        pd: u32,
+        address: u64,
+        length: u64,
+        needed: MrAccess,
+    ) -> Result<MrTranslation, MrAccessError> {
+        self.mpt
+            .check_access(&mut objects!(self), key, pd, address, length, needed)
+    }
+
+    /// SEND with invalidate: the region of `rkey` in PD `pd` becomes FREE.
+    pub(crate) fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
+        self.mpt.invalidate(&mut objects!(self), rkey, pd)
+    }
+}
+
+impl Device {
+    /// CREATE_CEQC / CREATE_AEQC.
+    pub(crate) fn create_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc) -> Result<(), Rejection> {
+        self.eqs.create(eqn, kind, eqc)
+    }
+
+    /// MODIFY_CEQC / MODIFY_AEQC.
+    pub(crate) fn modify_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
+        self.eqs.modify(&mut services!(self), eqn, kind, eqc, mask)
+    }
+
+    /// QUERY_CEQC / QUERY_AEQC.
+    pub(crate) fn query_eq(&mut self, eqn: u32, kind: EqKind) -> Result<Eqc, Rejection> {
+        self.eqs.query(eqn, kind)
+    }
+
+    /// DESTROY_CEQC / DESTROY_AEQC.
+    pub(crate) fn destroy_eq(&mut self, eqn: u32, kind: EqKind) -> Result<(), Rejection> {
+        self.eqs.destroy(eqn, kind)
+    }
+
+    /// A CEQE for CQ `cqn` on CEQ `ceqn`.
+    #[cfg(test)]
+    pub(crate) fn post_completion_event(&mut self, ceqn: u32, cqn: u32) {
+        self.eqs.post_completion_event(&mut services!(self), ceqn, cqn);
+    }
+
+    /// An AEQE.
+    pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        self.eqs
+            .post_async_event(&mut services!(self), event, sub_type, queue_number);
+    }
+
+    /// A mailbox-completion AEQE.
+    pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
+        self.eqs
+            .post_mailbox_event(&mut services!(self), token, status, out_param);
+    }
+
+    /// The EQ doorbell.
+    pub(crate) fn eq_doorbell(&mut self, word: u64) {
+        self.eqs.doorbell(&mut services!(self), word);
+    }
+
+    /// MSI-X vector of EQ `eqn`.
+    #[cfg(test)]
+    pub(crate) fn eq_vector(&self, eqn: u32) -> u16 {
+        self.eqs.vector(eqn)
+    }
+
+    /// Number of created EQs (for the device's resource accounting and leak checks).
+    pub fn active_eq_count(&self) -> usize {
+        self.eqs.active_count()
+    }
+}
+
+impl Device {
+    /// CREATE_CQC.
+    pub(crate) fn create_cq(&mut self, cqn: u32, cqc: Cqc) -> Result<(), Rejection> {
+        self.cqs.create(&mut objects!(self), cqn, cqc)
+    }
+
+    /// MODIFY_CQC.
+    pub(crate) fn modify_cq(&mut self, cqn: u32, cqc: Cqc, mask: Cqc) -> Result<(), Rejection> {
+        self.cqs.modify(&mut objects!(self), cqn, cqc, mask)
+    }
+
+    /// QUERY_CQC.
+    pub(crate) fn query_cq(&mut self, cqn: u32) -> Result<Cqc, Rejection> {
+        self.cqs.query(&mut objects!(self), cqn)
+    }
+
+    /// DESTROY_CQC.
+    pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<(), Rejection> {
+        self.cqs.destroy(&mut objects!(self), cqn)
+    }
+
+    /// Whether CQ `cqn` exists and is valid.
+    #[cfg(test)]
+    pub(crate) fn cq_is_valid(&mut self, cqn: u32) -> bool {
+        self.cqs.is_valid(&mut objects!(self), cqn)
+    }
+
+    /// A CQ doorbell (set CI, arm).
+    pub(crate) fn cq_doorbell(&mut self, cqn: u32, word: u64) {
+        self.cqs.doorbell(&mut objects!(self), cqn, word);
+    }
+
+    /// A CQE for CQ `cqn`.
+    #[inline]
+    pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
+        self.cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
+    }
+}
+
+impl Device {
+    /// CREATE_SRQ.
+    pub(crate) fn create_srq(&mut self, srqn: u32, srqc: Srqc) -> Result<(), Rejection> {
+        self.srqs.create(&mut objects!(self), srqn, srqc)
+    }
+
+    /// MODIFY_SRQC.
+    pub(crate) fn modify_srq(&mut self, srqn: u32, srqc: Srqc, mask: Srqc) -> Result<(), Rejection> {
+        self.srqs.modify(&mut objects!(self), srqn, srqc, mask)
+    }
+
+    /// QUERY_SRQC.
+    pub(crate) fn query_srq(&mut self, srqn: u32) -> Result<Srqc, Rejection> {
+        self.srqs.query(&mut objects!(self), srqn)
+    }
+
+    /// DESTROY_SRQ.
+    pub(crate) fn destroy_srq(&mut self, srqn: u32) -> Result<(), Rejection> {
+        self.srqs.destroy(&mut objects!(self), srqn)
+    }
+
+    /// The SRQ doorbell.
+    pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
+        self.srqs.doorbell(&mut objects!(self), srqn, producer_index);
+    }
+
+    /// The next posted WQE of SRQ `srqn`, for the responder.
+    pub(crate) fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
+        self.srqs.take_wqe(&mut objects!(self), srqn)
+    }
+}
+
+impl Device {
+    /// MODIFY_QPC: the QP block checks and writes the context; the transport learns of
+    /// the transition; a move to ERR is then flushed (after the transport dropped its
+    /// WQEs, so the flush covers them too).
+    pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
+        let transition = self.qps.modify(&mut qp_wiring!(self), qpn, context, mask)?;
+        self.transport_qp_modified(qpn, transition.from, transition.to, &transition.qpc);
+        if transition.to == QpState::Err {
+            self.qps
+                .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
         }
-        self.dma_write(address, context.bytes())
-            .map_err(|e| Rejection::dma("context", address, e))?;
-        self.context_cache.written_through(address, context.bytes());
         Ok(())
     }
 
-    /// Applies the QPs' recorded progress to their QPCs, then writes the cached contexts
-    /// that are newer than host memory back to it: before a
-    /// firmware command or mailbox runs and before it completes, before a configuration
-    /// write (which may end bus mastering), before a function reset, and when the cache
-    /// is full. A write-back that fails is counted as a DMA error.
-    pub(crate) fn write_back_contexts(&mut self) {
-        self.apply_all_qpc_progress();
-        self.write_back_dirty_contexts();
+    /// QUERY_QPC.
+    pub(crate) fn query_qp(&mut self, qpn: u32) -> Result<Qpc, Rejection> {
+        self.qps.query(&mut qp_wiring!(self), qpn)
     }
 
-    /// Writes the cached contexts back ([`Self::write_back_contexts`]) and forgets them
-    /// with the CQ buffer records that lean on them.
-    fn drop_context_cache(&mut self) {
-        self.write_back_contexts();
-        self.context_cache.clear();
-        self.cq_buffers.clear();
-    }
-
-    /// Writes the dirty cached contexts back to host memory.
-    fn write_back_dirty_contexts(&mut self) {
-        if !self.context_cache.has_dirty() {
+    /// The transport moves QP `qpn` to ERR on its own account: the QP block writes the
+    /// state, the transport drops its WQEs, the QP block flushes.
+    pub(crate) fn qp_enter_error(&mut self, qpn: u32) {
+        let Some(transition) = self.qps.enter_error(&mut qp_wiring!(self), qpn) else {
             return;
+        };
+        self.transport_qp_modified(qpn, transition.from, QpState::Err, &transition.qpc);
+        self.qps
+            .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
+    }
+
+    /// An SQ or RQ doorbell: the QP block checks it; what it moved goes to the transport
+    /// (or, for a QP in ERR, is flushed).
+    pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
+        match self.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
+            DoorbellOutcome::Done => {}
+            DoorbellOutcome::Flush { address, qpc } => self.qps.flush(&mut qp_wiring!(self), qpn, address, *qpc),
+            DoorbellOutcome::SendQueue(producer_index) => self.transport_sq_doorbell(qpn, producer_index),
+            DoorbellOutcome::ReceiveQueue(producer_index) => self.transport_rq_doorbell(qpn, producer_index),
         }
-        for (address, bytes) in self.context_cache.take_dirty() {
-            let _ = self.dma_write(address, &bytes);
+    }
+}
+
+// ---- wiring: each block's Io bound to the blocks and services that serve it -------------------
+//
+// A block's `Io` trait (in its own folder) is everything it may reach; the structs here
+// bind those traits to the blocks below it and to the services. They only borrow: the
+// top builds one for each request it routes.
+
+/// The services every block is handed: the MTT, the bus, the timing model, the scheduler
+/// (for the blocks' timers) and diagnostics. The event block needs nothing else.
+struct Services<'a> {
+    translation: &'a mut TranslationCache,
+    bus: &'a mut Bus,
+    timing: &'a mut TimingModel,
+    scheduler: &'a mut Scheduler<Event>,
+    diagnostics: &'a mut DiagnosticLog,
+}
+
+impl Services<'_> {
+    /// The same borrows, for a call into a block below.
+    #[inline]
+    fn reborrow(&mut self) -> Services<'_> {
+        Services {
+            translation: self.translation,
+            bus: self.bus,
+            timing: self.timing,
+            scheduler: self.scheduler,
+            diagnostics: self.diagnostics,
         }
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.translation.translate_on(self.bus, mtr, offset)
+    }
+
+    fn diagnose(&mut self, source: Source, object: String, field: &'static str, value: u64, expected: String) {
+        self.diagnostics.record(Diagnostic {
+            time_ps: self.scheduler.now().0,
+            source,
+            object,
+            field,
+            value,
+            expected,
+        });
+    }
+}
+
+impl crate::eq::Io for Services<'_> {
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        Services::translate(self, mtr, offset)
+    }
+
+    #[inline]
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.bus.write(address, data)
+    }
+
+    fn count_dma_error(&mut self) {
+        self.bus.count_error();
+    }
+
+    #[inline]
+    fn timing(&mut self) -> &mut TimingModel {
+        self.timing
+    }
+
+    fn schedule_in(&mut self, delay: Picoseconds, timer: crate::eq::Timer) {
+        self.scheduler.schedule_in(delay, Event::Eq(timer));
+    }
+
+    fn diagnose(&mut self, source: Source, object: String, field: &'static str, value: u64, expected: String) {
+        Services::diagnose(self, source, object, field, value, expected);
+    }
+}
+
+/// What the object blocks (memory protection, CQs, SRQs) are bound to: the services, the
+/// context block and the event block their events go to.
+struct Objects<'a> {
+    services: Services<'a>,
+    contexts: &'a mut Contexts,
+    eqs: &'a mut EventQueues,
+}
+
+impl Objects<'_> {
+    /// The same borrows, for a call into a block below.
+    #[inline]
+    fn reborrow(&mut self) -> Objects<'_> {
+        Objects {
+            services: self.services.reborrow(),
+            contexts: self.contexts,
+            eqs: self.eqs,
+        }
+    }
+}
+
+/// What the QP block is bound to: the object blocks' wiring, and the CQ and SRQ blocks
+/// it asks and feeds.
+struct QpWiring<'a> {
+    objects: Objects<'a>,
+    cqs: &'a mut CompletionQueues,
+    srqs: &'a mut SharedReceiveQueues,
+}
+
+impl crate::qp::Io for QpWiring<'_> {
+    #[inline]
+    fn read_qpc(&mut self, qpn: u32) -> Result<(Qpc, u64), Rejection> {
+        self.objects
+            .contexts
+            .read(self.objects.services.bus, ContextTableId::Qpc, qpn)
+    }
+
+    #[inline]
+    fn write_qpc(&mut self, address: u64, qpc: &Qpc) -> Result<(), Rejection> {
+        self.objects.contexts.write(self.objects.services.bus, address, qpc)
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.objects.services.translate(mtr, offset)
+    }
+
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.objects.services.bus.read(address, buffer)
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.objects
+            .services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    fn cq_is_valid(&mut self, cqn: u32) -> bool {
+        self.cqs.is_valid(&mut self.objects.reborrow(), cqn)
+    }
+
+    fn srq_is_valid(&mut self, srqn: u32) -> bool {
+        self.srqs.is_valid(&mut self.objects.reborrow(), srqn)
+    }
+
+    fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
+        let _ = self.cqs.post_cqe(&mut self.objects.reborrow(), cqn, cqe, solicited);
+    }
+
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        crate::cq::Io::async_event(&mut self.objects, event, sub_type, queue_number);
+    }
+}
+
+impl crate::mpt::Io for Objects<'_> {
+    #[inline]
+    fn read_mpt(&mut self, index: u32) -> Result<(Mpt, u64), Rejection> {
+        self.contexts.read(self.services.bus, ContextTableId::Mpt, index)
+    }
+
+    #[inline]
+    fn write_mpt(&mut self, address: u64, mpt: &Mpt) -> Result<(), Rejection> {
+        self.contexts.write(self.services.bus, address, mpt)
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.services.translate(mtr, offset)
+    }
+
+    #[inline]
+    fn bus_master(&self) -> bool {
+        self.services.bus.master()
+    }
+}
+
+impl crate::cq::Io for Objects<'_> {
+    #[inline]
+    fn read_cqc(&mut self, cqn: u32) -> Result<(Cqc, u64), Rejection> {
+        self.contexts.read(self.services.bus, ContextTableId::Cqc, cqn)
+    }
+
+    #[inline]
+    fn cached_cqc(&self, address: u64) -> Option<Cqc> {
+        let bytes = self.contexts.cached(address, Cqc::SIZE)?;
+        let mut cqc = Cqc::zeroed();
+        cqc.bytes_mut().copy_from_slice(bytes);
+        Some(cqc)
+    }
+
+    #[inline]
+    fn write_cqc(&mut self, address: u64, cqc: &Cqc) -> Result<(), Rejection> {
+        self.contexts.write(self.services.bus, address, cqc)
+    }
+
+    #[inline]
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        self.services.translate(mtr, offset)
+    }
+
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.services.bus.read(address, buffer)
+    }
+
+    #[inline]
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.services.bus.write(address, data)
+    }
+
+    fn count_dma_error(&mut self) {
+        self.services.bus.count_error();
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    fn ceq_exists(&self, ceqn: u32) -> bool {
+        self.eqs.is_active(ceqn, EqKind::Completion)
+    }
+
+    fn num_ceqs(&self) -> u32 {
+        self.eqs.num_ceqs()
+    }
+
+    #[inline]
+    fn completion_event(&mut self, ceqn: u32, cqn: u32) {
+        self.eqs.post_completion_event(&mut self.services.reborrow(), ceqn, cqn);
+    }
+
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        self.eqs
+            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
+    }
+}
+
+impl crate::srq::Io for Objects<'_> {
+    #[inline]
+    fn read_srqc(&mut self, srqn: u32) -> Result<(Srqc, u64), Rejection> {
+        self.contexts.read(self.services.bus, ContextTableId::Srqc, srqn)
+    }
+
+    #[inline]
+    fn write_srqc(&mut self, address: u64, srqc: &Srqc) -> Result<(), Rejection> {
+        self.contexts.write(self.services.bus, address, srqc)
+    }
+
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.services.bus.read(address, buffer)
+    }
+
+    #[inline]
+    fn read_buffer(&mut self, mtr: &Mtr, offset: u64, buffer: &mut [u8]) -> Result<(), DmaFault> {
+        crate::mtt::read_buffer(self.services.translation, self.services.bus, mtr, offset, None, buffer)
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        self.eqs
+            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
     }
 }
 

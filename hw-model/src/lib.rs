@@ -14,6 +14,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bus;
+pub mod command;
 pub mod config;
 pub mod cq;
 pub mod device;
@@ -29,6 +31,7 @@ pub mod memory;
 pub mod mpt;
 pub mod mtt;
 pub mod pci;
+pub mod probe;
 pub mod qp;
 pub mod srq;
 pub mod time;

@@ -17,6 +17,12 @@
 //! * Arming (`CMD` 4): `ARM_ST` becomes 2 (next completion) or 3 (next solicited); the
 //!   next qualifying CQE posts a CEQE with the CQN on the CQ's CEQ and disarms. An
 //!   arm-next doorbell whose CI is behind the producer index notifies at once.
+//!
+//! The block ([`CompletionQueues`]) owns the CQ buffer records and its counters. It
+//! accepts the CQ mailbox commands, the CQ doorbells and the CQEs of the QP and transport
+//! blocks; it produces events for the event block (a CEQE when an armed CQ completes, an
+//! AEQE on errors). Everything else it reaches is in its [`Io`]: CQCs through the context
+//! block, the MTT, the bus, diagnostics.
 
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::caps::CapFlags;
@@ -24,15 +30,60 @@ use rnic_firmware_if::context::{CqArmState, CqState, Cqc, CqeSize};
 use rnic_firmware_if::cqe::{owner_bit_for_producer, Cqe, CqeStatus};
 use rnic_firmware_if::doorbell::{CqDoorbell, DoorbellCommand};
 use rnic_firmware_if::event::AsyncEventType;
-use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::mtr::{page_shift_from_field, MAX_HOP};
 
-use crate::device::Device;
+use crate::command::Rejection;
 use crate::diagnostics::Source;
-use crate::eq::{buffer_mtr, EqKind, INDEX_MASK};
-use crate::firmware::Rejection;
+use crate::eq::{buffer_mtr, INDEX_MASK};
+use crate::fast_hash::FastHashMap;
 use crate::memory::MemoryError;
 use crate::mtt::{Mtr, MttError, MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
+
+/// What the CQ block needs from the rest of the device.
+pub(crate) trait Io {
+    /// CQ `cqn`'s context and its bus address, from the CQC table of the context block.
+    fn read_cqc(&mut self, cqn: u32) -> Result<(Cqc, u64), Rejection>;
+    /// The CQC at `address`, if the context cache holds it.
+    fn cached_cqc(&self, address: u64) -> Option<Cqc>;
+    /// Writes the CQC at `address` back (through the context cache).
+    fn write_cqc(&mut self, address: u64, cqc: &Cqc) -> Result<(), Rejection>;
+    /// Translates byte `offset` of `mtr` through the MTT; None while bus mastering is off.
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>>;
+    /// DMA read (the record doorbell).
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError>;
+    /// DMA write (the CQE).
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError>;
+    /// A BT entry of a translation walk could not be read: a failed DMA access.
+    fn count_dma_error(&mut self);
+    /// Records a diagnostic.
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    );
+    /// Whether CEQ `ceqn` exists (a CQ must name one).
+    fn ceq_exists(&self, ceqn: u32) -> bool;
+    /// Number of CEQs the device has.
+    fn num_ceqs(&self) -> u32;
+    /// Event out: a CEQE naming CQ `cqn` on CEQ `ceqn`.
+    fn completion_event(&mut self, ceqn: u32, cqn: u32);
+    /// Event out: an AEQE.
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32);
+}
+
+/// What the CQ block counted since power-on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CqCounters {
+    /// CQEs written.
+    pub cqes: u64,
+    /// CQ doorbells accepted.
+    pub doorbells: u64,
+    /// CQ doorbells dropped.
+    pub doorbells_dropped: u64,
+}
 
 #[cfg(test)]
 mod tests;
@@ -123,34 +174,62 @@ fn in_use(cqc: &Cqc) -> bool {
     cqc.cq_state_raw() != u8::from(CqState::Invalid)
 }
 
-impl Device {
+/// The completion-queue block.
+#[derive(Debug, Clone)]
+pub(crate) struct CompletionQueues {
+    /// CQN → the CQ's context address and CQE buffer translation, forgotten with the
+    /// context cache and at CREATE/DESTROY_CQC.
+    buffers: FastHashMap<u32, CqBuffer>,
+    counters: CqCounters,
+    /// Capabilities: CQs in the table, the depth limit, the record-doorbell flag.
+    caps: rnic_firmware_if::caps::DeviceCaps,
+}
+
+impl CompletionQueues {
+    /// The block of a device with `caps`.
+    pub fn new(caps: &rnic_firmware_if::caps::DeviceCaps) -> Self {
+        Self {
+            buffers: FastHashMap::default(),
+            counters: CqCounters::default(),
+            caps: *caps,
+        }
+    }
+
+    /// What the block counted.
+    pub fn counters(&self) -> CqCounters {
+        self.counters
+    }
+
+    /// Forgets the CQ buffer records (with the context cache they lean on).
+    pub fn forget_buffers(&mut self) {
+        self.buffers.clear();
+    }
+
     /// The context of CQ `cqn` and its bus address; [`Rejection::index`] beyond the table.
-    fn cq_context(&mut self, cqn: u32) -> Result<(Cqc, u64), Rejection> {
-        let num_cqs = self.config.caps.num_cqs;
+    fn cq_context(&mut self, io: &mut impl Io, cqn: u32) -> Result<(Cqc, u64), Rejection> {
+        let num_cqs = self.caps.num_cqs;
         if cqn >= num_cqs {
             return Err(Rejection::index(cqn.into(), num_cqs.into()));
         }
-        self.read_context::<Cqc>(ContextTable::Cqc, cqn)
+        io.read_cqc(cqn)
     }
 
     /// [`cq_context`](Self::cq_context) for a completion: with the CQE buffer's
     /// translation when the device remembers the CQ and still caches its context.
-    fn completion_cq_context(&mut self, cqn: u32) -> Result<(Cqc, u64, Option<Mtr>), Rejection> {
-        if let Some(buffer) = self.cq_buffers.get(&cqn) {
+    fn completion_cq_context(&mut self, io: &mut impl Io, cqn: u32) -> Result<(Cqc, u64, Option<Mtr>), Rejection> {
+        if let Some(buffer) = self.buffers.get(&cqn) {
             // The buffers are forgotten whenever bus mastering may have gone off.
-            if let Some(bytes) = self.context_cache.lookup(buffer.context_address, Cqc::SIZE) {
-                let mut cqc = Cqc::zeroed();
-                cqc.bytes_mut().copy_from_slice(bytes);
+            if let Some(cqc) = io.cached_cqc(buffer.context_address) {
                 return Ok((cqc, buffer.context_address, Some(buffer.mtr)));
             }
         }
-        let (cqc, address) = self.cq_context(cqn)?;
+        let (cqc, address) = self.cq_context(io, cqn)?;
         Ok((cqc, address, None))
     }
 
     /// Checks a CQC from CREATE_CQC against the capabilities and the EQs.
-    fn check_new_cqc(&self, cqc: &Cqc) -> Result<(), Rejection> {
-        let caps = &self.config.caps;
+    fn check_new_cqc(&self, io: &impl Io, cqc: &Cqc) -> Result<(), Rejection> {
+        let caps = &self.caps;
         if cqc.cq_state_raw() != u8::from(CqState::Valid) {
             return Err(Rejection::parameter(
                 Cqc::CQ_ST.name,
@@ -170,11 +249,11 @@ impl Device {
             ));
         }
         let ceqn = u32::from(cqc.ceq_number());
-        if !self.eqs.is_active(ceqn, EqKind::Completion) {
+        if !io.ceq_exists(ceqn) {
             return Err(Rejection::parameter(
                 Cqc::CEQN.name,
                 ceqn.into(),
-                format!("a created CEQ below {} (CREATE_CEQC first)", self.eqs.num_ceqs()),
+                format!("a created CEQ below {} (CREATE_CEQC first)", io.num_ceqs()),
             ));
         }
         if cqc.cqe_size().is_err() {
@@ -239,8 +318,8 @@ impl Device {
 
     /// CREATE_CQC: checks the context and writes it (CQN set, indices 0) to the CQC
     /// table.
-    pub(crate) fn create_cq(&mut self, cqn: u32, cqc: Cqc) -> Result<(), Rejection> {
-        let (current, address) = self.cq_context(cqn)?;
+    pub fn create(&mut self, io: &mut impl Io, cqn: u32, cqc: Cqc) -> Result<(), Rejection> {
+        let (current, address) = self.cq_context(io, cqn)?;
         if in_use(&current) {
             return Err(Rejection::state(
                 Cqc::CQ_ST.name,
@@ -255,20 +334,20 @@ impl Device {
                 format!("the CQ number of the mailbox tag, {cqn:#x}"),
             ));
         }
-        self.check_new_cqc(&cqc)?;
+        self.check_new_cqc(io, &cqc)?;
         let mut context = cqc;
         context.set_producer_index(0);
         context.set_consumer_index(0);
-        self.cq_buffers.remove(&cqn);
-        self.write_context(address, &context)?;
+        self.buffers.remove(&cqn);
+        io.write_cqc(address, &context)?;
         tracing::debug!(target: "rnic::cq", cqn, depth = cq_depth(&context), ceqn = context.ceq_number(), "CQ created");
         Ok(())
     }
 
     /// MODIFY_CQC with the hns mask rule (mask bit 1 keeps the current bit): only the
     /// moderation fields `CQ_MAX_CNT` and `CQ_PERIOD` may change.
-    pub(crate) fn modify_cq(&mut self, cqn: u32, cqc: Cqc, mask: Cqc) -> Result<(), Rejection> {
-        let (current, address) = self.cq_context(cqn)?;
+    pub fn modify(&mut self, io: &mut impl Io, cqn: u32, cqc: Cqc, mask: Cqc) -> Result<(), Rejection> {
+        let (current, address) = self.cq_context(io, cqn)?;
         if !in_use(&current) {
             return Err(Rejection::state(
                 Cqc::CQ_ST.name,
@@ -277,16 +356,16 @@ impl Device {
             ));
         }
         let merged =
-            crate::firmware::merge_modifiable(&current, &cqc, &mask, &[Cqc::CQ_MAX_CNT, Cqc::CQ_PERIOD], "MODIFY_CQC")?;
+            crate::command::merge_modifiable(&current, &cqc, &mask, &[Cqc::CQ_MAX_CNT, Cqc::CQ_PERIOD], "MODIFY_CQC")?;
         let mut context = current;
         context.set_moderation_count(merged.moderation_count());
         context.set_moderation_period(merged.moderation_period());
-        self.write_context(address, &context)
+        io.write_cqc(address, &context)
     }
 
     /// QUERY_CQC: the context as it is in host memory.
-    pub(crate) fn query_cq(&mut self, cqn: u32) -> Result<Cqc, Rejection> {
-        let (current, _) = self.cq_context(cqn)?;
+    pub fn query(&mut self, io: &mut impl Io, cqn: u32) -> Result<Cqc, Rejection> {
+        let (current, _) = self.cq_context(io, cqn)?;
         if !in_use(&current) {
             return Err(Rejection::state(
                 Cqc::CQ_ST.name,
@@ -299,8 +378,8 @@ impl Device {
 
     /// DESTROY_CQC: `CQ_ST` = 0 written back. A QP still naming the CQ is the driver's
     /// business.
-    pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<(), Rejection> {
-        let (mut context, address) = self.cq_context(cqn)?;
+    pub fn destroy(&mut self, io: &mut impl Io, cqn: u32) -> Result<(), Rejection> {
+        let (mut context, address) = self.cq_context(io, cqn)?;
         if !in_use(&context) {
             return Err(Rejection::state(
                 Cqc::CQ_ST.name,
@@ -310,30 +389,31 @@ impl Device {
         }
         context.set_cq_state(CqState::Invalid);
         context.set_arm_state(CqArmState::NoArmed);
-        self.cq_buffers.remove(&cqn);
-        self.write_context(address, &context)?;
+        self.buffers.remove(&cqn);
+        io.write_cqc(address, &context)?;
         tracing::debug!(target: "rnic::cq", cqn, "CQ destroyed");
         Ok(())
     }
 
     /// Whether CQ `cqn` exists and is valid (`CQ_ST` = 1).
-    pub(crate) fn cq_is_valid(&mut self, cqn: u32) -> bool {
-        matches!(self.cq_context(cqn), Ok((cqc, _)) if cqc.cq_state() == Ok(CqState::Valid))
+    pub fn is_valid(&mut self, io: &mut impl Io, cqn: u32) -> bool {
+        matches!(self.cq_context(io, cqn), Ok((cqc, _)) if cqc.cq_state() == Ok(CqState::Valid))
     }
 
     // ---- doorbells -----------------------------------------------------------------
 
     /// CQ doorbell (`CMD` 3 set CI, 4 arm) for CQ `cqn`. A doorbell for a CQ that does not
     /// exist is dropped and reported with CQ_ID_INVALID.
-    pub(crate) fn cq_doorbell(&mut self, cqn: u32, word: u64) {
+    pub fn doorbell(&mut self, io: &mut impl Io, cqn: u32, word: u64) {
         let doorbell = CqDoorbell::from_u64(word);
         // Built only on error paths: set-CI doorbells are on the polling data path.
         let object = || format!("CQ {cqn:#x}");
-        let (mut cqc, address) = match self.cq_context(cqn) {
+        let (mut cqc, address) = match self.cq_context(io, cqn) {
             Ok((cqc, address)) if cqc.cq_state() == Ok(CqState::Valid) => (cqc, address),
             Ok((cqc, _)) if in_use(&cqc) => {
                 let state = cqc.cq_state_raw();
-                self.cq_doorbell_dropped(
+                self.doorbell_dropped(
+                    io,
                     object(),
                     Cqc::CQ_ST.name,
                     state.into(),
@@ -346,8 +426,8 @@ impl Device {
                     Err(rejection) => format!("a created CQ (context unreachable: {})", rejection.expected),
                     Ok(_) => "a created CQ (CQ_ST = 0)".to_string(),
                 };
-                self.cq_doorbell_dropped(object(), CqDoorbell::TAG.name, cqn.into(), reason);
-                self.post_async_event(AsyncEventType::CqIdInvalid, 0, cqn);
+                self.doorbell_dropped(io, object(), CqDoorbell::TAG.name, cqn.into(), reason);
+                io.async_event(AsyncEventType::CqIdInvalid, 0, cqn);
                 return;
             }
         };
@@ -363,11 +443,11 @@ impl Device {
                     let expected = format!(
                         "a consumer index from the current {old:#x} up to the producer index {producer_index:#x}"
                     );
-                    self.cq_doorbell_dropped(object(), CqDoorbell::CQ_CI.name, consumer_index.into(), expected);
+                    self.doorbell_dropped(io, object(), CqDoorbell::CQ_CI.name, consumer_index.into(), expected);
                     return;
                 }
                 cqc.set_consumer_index(consumer_index);
-                if self.cq_write_back(cqn, address, &cqc) {
+                if self.write_back(io, cqn, address, &cqc) {
                     self.counters.doorbells += 1;
                 }
             }
@@ -380,7 +460,7 @@ impl Device {
                 if outstanding > depth {
                     let expected =
                         format!("a consumer index at most {depth} behind the producer index {producer_index:#x}");
-                    self.cq_doorbell_dropped(object(), CqDoorbell::CQ_CI.name, consumer_index.into(), expected);
+                    self.doorbell_dropped(io, object(), CqDoorbell::CQ_CI.name, consumer_index.into(), expected);
                     return;
                 }
                 let solicited = doorbell.solicited_only();
@@ -391,17 +471,18 @@ impl Device {
                     (false, true) => CqArmState::NextSolicited,
                     (false, false) => CqArmState::NextCompletion,
                 });
-                if !self.cq_write_back(cqn, address, &cqc) {
+                if !self.write_back(io, cqn, address, &cqc) {
                     return;
                 }
                 self.counters.doorbells += 1;
                 tracing::trace!(target: "rnic::cq", cqn, solicited, outstanding, "CQ armed");
                 if notify_now {
-                    self.post_completion_event(cqc.ceq_number().into(), cqn);
+                    io.completion_event(cqc.ceq_number().into(), cqn);
                 }
             }
             _ => {
-                self.cq_doorbell_dropped(
+                self.doorbell_dropped(
+                    io,
                     object(),
                     CqDoorbell::CMD.name,
                     doorbell.command().into(),
@@ -411,17 +492,24 @@ impl Device {
         }
     }
 
-    fn cq_doorbell_dropped(&mut self, object: String, field: &'static str, value: u64, expected: String) {
+    fn doorbell_dropped(
+        &mut self,
+        io: &mut impl Io,
+        object: String,
+        field: &'static str,
+        value: u64,
+        expected: String,
+    ) {
         self.counters.doorbells_dropped += 1;
-        self.diagnose(Source::Doorbell, object, field, value, expected);
+        io.diagnose(Source::Doorbell, object, field, value, expected);
     }
 
     /// Writes CQ `cqn`'s context back; diagnoses a failure.
-    fn cq_write_back(&mut self, cqn: u32, address: u64, cqc: &Cqc) -> bool {
-        match self.write_context(address, cqc) {
+    fn write_back(&mut self, io: &mut impl Io, cqn: u32, address: u64, cqc: &Cqc) -> bool {
+        match io.write_cqc(address, cqc) {
             Ok(()) => true,
             Err(rejection) => {
-                self.diagnose(
+                io.diagnose(
                     Source::CompletionQueue,
                     format!("CQ {cqn:#x}"),
                     "CQC",
@@ -439,10 +527,10 @@ impl Device {
     /// and, if the CQ is armed for it, posts a CEQE on the CQ's CEQ and disarms.
     /// `solicited` is the solicited-event bit of the completed request; an error status
     /// also satisfies a solicited-only arm.
-    pub(crate) fn post_cqe(&mut self, cqn: u32, mut cqe: Cqe, solicited: bool) -> Result<(), CqError> {
+    pub fn post_cqe(&mut self, io: &mut impl Io, cqn: u32, mut cqe: Cqe, solicited: bool) -> Result<(), CqError> {
         // The object name is built only on error paths: this function is on the data path.
         let object = || format!("CQ {cqn:#x}");
-        let (mut cqc, context_address, remembered) = match self.completion_cq_context(cqn) {
+        let (mut cqc, context_address, remembered) = match self.completion_cq_context(io, cqn) {
             Ok(found) => found,
             Err(rejection) => {
                 let expected = format!(
@@ -450,8 +538,8 @@ impl Device {
                     cqe.local_qp_number(),
                     rejection.expected
                 );
-                self.diagnose(Source::CompletionQueue, object(), "CQN", cqn.into(), expected);
-                self.post_async_event(AsyncEventType::CqIdInvalid, 0, cqn);
+                io.diagnose(Source::CompletionQueue, object(), "CQN", cqn.into(), expected);
+                io.async_event(AsyncEventType::CqIdInvalid, 0, cqn);
                 return Err(CqError::Context { cqn, rejection });
             }
         };
@@ -459,13 +547,13 @@ impl Device {
             Ok(CqState::Valid) => {}
             Ok(CqState::Invalid) => {
                 let expected = format!("a created CQ for a completion of QP {:#x}", cqe.local_qp_number());
-                self.diagnose(Source::CompletionQueue, object(), Cqc::CQ_ST.name, 0, expected);
-                self.post_async_event(AsyncEventType::CqIdInvalid, 0, cqn);
+                io.diagnose(Source::CompletionQueue, object(), Cqc::CQ_ST.name, 0, expected);
+                io.async_event(AsyncEventType::CqIdInvalid, 0, cqn);
                 return Err(CqError::Invalid { cqn });
             }
             _ => {
                 let state = cqc.cq_state_raw();
-                self.diagnose(
+                io.diagnose(
                     Source::CompletionQueue,
                     object(),
                     Cqc::CQ_ST.name,
@@ -481,8 +569,9 @@ impl Device {
         let consumer_index = if cqc.record_enable() {
             let record = cqc.record_address();
             let mut value = [0u8; 4];
-            if let Err(error) = self.dma_read(record, &mut value) {
-                return Err(self.cq_access_error(
+            if let Err(error) = io.dma_read(record, &mut value) {
+                return Err(self.access_error(
+                    io,
                     cqn,
                     cqc,
                     context_address,
@@ -496,7 +585,7 @@ impl Device {
         };
         let occupancy = producer_index.wrapping_sub(consumer_index) & INDEX_MASK;
         if occupancy == depth {
-            return Err(self.cq_overflow(cqn, cqc, context_address, consumer_index));
+            return Err(self.overflow(io, cqn, cqc, context_address, consumer_index));
         }
         if occupancy > depth {
             let field = if cqc.record_enable() {
@@ -505,7 +594,7 @@ impl Device {
                 Cqc::CQ_CONSUMER_IDX.name
             };
             let expected = format!("a consumer index at most {depth} behind the producer index {producer_index:#x} (the CQE is written anyway)");
-            self.diagnose(
+            io.diagnose(
                 Source::CompletionQueue,
                 object(),
                 field,
@@ -519,20 +608,21 @@ impl Device {
             Some(mtr) => mtr,
             None => {
                 let mtr = cq_mtr(&cqc);
-                if self.cq_buffers.len() >= crate::hem::CONTEXT_CACHE_CAPACITY {
-                    self.cq_buffers.clear();
+                if self.buffers.len() >= crate::hem::CONTEXT_CACHE_CAPACITY {
+                    self.buffers.clear();
                 }
-                self.cq_buffers.insert(cqn, CqBuffer { context_address, mtr });
+                self.buffers.insert(cqn, CqBuffer { context_address, mtr });
                 mtr
             }
         };
-        let address = match self.translate(&mtr, offset) {
+        let address = match io.translate(&mtr, offset) {
             Some(Ok(address)) => address,
             Some(Err(error)) => {
                 if matches!(error, MttError::BtUnreachable { .. }) {
-                    self.counters.dma_errors += 1;
+                    io.count_dma_error();
                 }
-                return Err(self.cq_access_error(
+                return Err(self.access_error(
+                    io,
                     cqn,
                     cqc,
                     context_address,
@@ -545,7 +635,8 @@ impl Device {
                     kind: crate::memory::AccessKind::Write,
                     address: offset,
                 };
-                return Err(self.cq_access_error(
+                return Err(self.access_error(
+                    io,
                     cqn,
                     cqc,
                     context_address,
@@ -554,8 +645,9 @@ impl Device {
                 ));
             }
         };
-        if let Err(error) = self.dma_write(address, &cqe.bytes()[..size]) {
-            return Err(self.cq_access_error(
+        if let Err(error) = io.dma_write(address, &cqe.bytes()[..size]) {
+            return Err(self.access_error(
+                io,
                 cqn,
                 cqc,
                 context_address,
@@ -575,30 +667,37 @@ impl Device {
         }
         self.counters.cqes += 1;
         tracing::trace!(target: "rnic::cq", cqn, producer_index, address, notify, "CQE written");
-        if let Err(rejection) = self.write_context(context_address, &cqc) {
+        if let Err(rejection) = io.write_cqc(context_address, &cqc) {
             let reason = format!("a writable CQ context at {context_address:#x}: {}", rejection.expected);
-            self.diagnose(
+            io.diagnose(
                 Source::CompletionQueue,
                 format!("CQ {cqn:#x}"),
                 "CQC",
                 context_address,
                 reason.clone(),
             );
-            self.post_async_event(AsyncEventType::CqAccessError, 0, cqn);
+            io.async_event(AsyncEventType::CqAccessError, 0, cqn);
             return Err(CqError::Access { cqn, reason });
         }
         if notify {
-            self.post_completion_event(cqc.ceq_number().into(), cqn);
+            io.completion_event(cqc.ceq_number().into(), cqn);
         }
         Ok(())
     }
 
     /// CQ `cqn` is full: CQE dropped; unless `OVER_IGNORE`, `CQ_ST` = overflow and
     /// CQ_OVERFLOW posted.
-    fn cq_overflow(&mut self, cqn: u32, mut cqc: Cqc, context_address: u64, consumer_index: u32) -> CqError {
+    fn overflow(
+        &mut self,
+        io: &mut impl Io,
+        cqn: u32,
+        mut cqc: Cqc,
+        context_address: u64,
+        consumer_index: u32,
+    ) -> CqError {
         let depth = cq_depth(&cqc);
         let ignore = cqc.overflow_ignore();
-        self.diagnose(
+        io.diagnose(
             Source::CompletionQueue,
             format!("CQ {cqn:#x}"),
             Cqc::CQ_CONSUMER_IDX.name,
@@ -607,15 +706,23 @@ impl Device {
         );
         if !ignore {
             cqc.set_cq_state(CqState::Overflow);
-            self.cq_write_back(cqn, context_address, &cqc);
-            self.post_async_event(AsyncEventType::CqOverflow, 0, cqn);
+            self.write_back(io, cqn, context_address, &cqc);
+            io.async_event(AsyncEventType::CqOverflow, 0, cqn);
         }
         CqError::Overflow { cqn, depth }
     }
 
     /// A DMA access for CQ `cqn` failed: `CQ_ST` = failure, CQ_ACCESS_ERROR posted.
-    fn cq_access_error(&mut self, cqn: u32, mut cqc: Cqc, context_address: u64, value: u64, reason: String) -> CqError {
-        self.diagnose(
+    fn access_error(
+        &mut self,
+        io: &mut impl Io,
+        cqn: u32,
+        mut cqc: Cqc,
+        context_address: u64,
+        value: u64,
+        reason: String,
+    ) -> CqError {
+        io.diagnose(
             Source::CompletionQueue,
             format!("CQ {cqn:#x}"),
             Cqc::CQE_BA.name,
@@ -623,8 +730,8 @@ impl Device {
             reason.clone(),
         );
         cqc.set_cq_state(CqState::Failure);
-        self.cq_write_back(cqn, context_address, &cqc);
-        self.post_async_event(AsyncEventType::CqAccessError, 0, cqn);
+        self.write_back(io, cqn, context_address, &cqc);
+        io.async_event(AsyncEventType::CqAccessError, 0, cqn);
         CqError::Access { cqn, reason }
     }
 }

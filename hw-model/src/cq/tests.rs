@@ -10,9 +10,9 @@ use rnic_firmware_if::pci::COMMAND_MEMORY_SPACE;
 use rnic_firmware_if::regs;
 
 use super::CqError;
+use crate::command::Rejection;
 use crate::diagnostics::Source;
 use crate::eq::harness::{cqc, cqe_buffer, Bench, CQC_TABLE, RECORDS};
-use crate::firmware::Rejection;
 
 /// A bench with CEQ 0 (16 entries) and the AEQ (16 entries) created.
 fn bench() -> Bench {
@@ -539,7 +539,7 @@ fn a_function_reset_leaves_the_cached_progress_in_host_memory() {
         .device
         .bar_write(regs::CONTROL_BAR, regs::FUNCTION_RESET, &1u32.to_le_bytes());
     assert_eq!(cqc_in_host_memory(&bench, 2).producer_index(), 3);
-    assert!(bench.device.context_cache.is_empty(), "a reset forgets every context");
+    assert!(bench.device.contexts.cache_is_empty(), "a reset forgets every context");
 }
 
 #[test]

@@ -8,6 +8,7 @@ use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{CqState, Cqc, CqeSize, EqArmState, EqState, Eqc, EqeSize};
 use rnic_firmware_if::doorbell::{CqDoorbell, EqDoorbell, EqDoorbellCommand, DB_OFFSET, EQ_DB_OFFSET};
 use rnic_firmware_if::eqe::{Aeqe, Ceqe};
+use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::pci::{COMMAND_BUS_MASTER, COMMAND_MEMORY_SPACE, MSIX_CAPABILITY_OFFSET, MSIX_CONTROL_ENABLE};
 use rnic_firmware_if::regs;
 
@@ -92,18 +93,9 @@ impl Bench {
             buffer_page_shift: 16,
             hop: 0,
         };
-        bench
-            .device
-            .tables
-            .cqc
-            .set_attributes(attributes)
-            .expect("CQC attributes");
-        bench
-            .device
-            .tables
-            .cqc
-            .write_base_address(0, 0, CQC_TABLE)
-            .expect("CQC L0 slot");
+        let cqc = bench.device.contexts.table_mut(ContextTable::Cqc);
+        cqc.set_attributes(attributes).expect("CQC attributes");
+        cqc.write_base_address(0, 0, CQC_TABLE).expect("CQC L0 slot");
         bench
     }
 

@@ -21,6 +21,14 @@
 //! * Interrupts: after an entry is written, an enabled (`EVENT_INT_EN`) and armed EQ
 //!   raises its vector subject to coalescing (`EQ_MAX_CNT` entries or `EQ_PERIOD` µs);
 //!   raising it moves `ARM_ST` from armed (1) to fired (0); always-armed (3) stays.
+//!
+//! The block ([`EventQueues`]) owns the EQs, their interrupt enables (`EVENT_INT_EN`), the
+//! abnormal interrupt registers and the MSI-X table with the interrupt sink behind it.
+//! It accepts the EQ mailbox commands, the event requests of the other blocks (a CEQE
+//! for a CQ, an AEQE, a mailbox completion), the EQ doorbell, its BAR0 and BAR4
+//! registers and its coalescing timers; it produces MSI-X messages. What it needs from
+//! the rest of the device is its [`Io`]: the MTT and the bus to write EQEs, the timing
+//! model, the scheduler for its timers, and diagnostics.
 
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::caps::DeviceCaps;
@@ -32,11 +40,39 @@ use rnic_firmware_if::mailbox::MailboxCompletion;
 use rnic_firmware_if::mtr::{page_shift_from_field, MAX_HOP};
 use rnic_firmware_if::regs;
 
-use crate::device::{Device, Event};
+use crate::command::Rejection;
 use crate::diagnostics::Source;
-use crate::firmware::Rejection;
+use crate::interrupt::InterruptSink;
+use crate::memory::MemoryError;
 use crate::mtt::{Mtr, MttError, MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
+use crate::pci::MsixTable;
 use crate::time::Picoseconds;
+use crate::timing::{Stage, TimingModel};
+
+/// What the event block needs from the rest of the device.
+pub(crate) trait Io {
+    /// Translates byte `offset` of `mtr` through the MTT; None while bus mastering is off.
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>>;
+    /// DMA write.
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError>;
+    /// A BT entry of a translation walk could not be read: a failed DMA access.
+    fn count_dma_error(&mut self);
+    /// The timing model (EQE writes and MSI-X are recorded in the breakdown).
+    fn timing(&mut self) -> &mut TimingModel;
+    /// Runs `timer` after `delay`.
+    fn schedule_in(&mut self, delay: Picoseconds, timer: Timer);
+    /// Records a diagnostic.
+    fn diagnose(&mut self, source: Source, object: String, field: &'static str, value: u64, expected: String);
+}
+
+/// An EQ's coalescing timer, as the block schedules it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timer {
+    /// EQ number.
+    pub eqn: u32,
+    /// Generation of the timer, to ignore timers superseded by an earlier interrupt.
+    pub generation: u64,
+}
 
 #[cfg(test)]
 pub(crate) mod harness;
@@ -142,7 +178,7 @@ impl EventQueue {
 
 /// Every EQ of the function, indexed by EQN.
 #[derive(Debug, Clone)]
-pub(crate) struct EventQueues {
+pub(crate) struct Queues {
     /// Slot per EQN: CEQs first, then the AEQ.
     slots: Vec<EqSlot>,
     /// Number of CEQs (the AEQ's EQN).
@@ -160,7 +196,7 @@ pub(crate) struct EventQueues {
     next_generation: u64,
 }
 
-impl EventQueues {
+impl Queues {
     /// All EQ slots free, sized from the capabilities.
     pub(crate) fn new(caps: &DeviceCaps) -> Self {
         let num_ceqs = u32::from(caps.num_ceqs);
@@ -451,15 +487,127 @@ impl EqEntry {
     }
 }
 
-impl Device {
+/// What the event block counted since power-on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct EqCounters {
+    /// EQEs written.
+    pub eqes: u64,
+    /// EQ doorbells accepted.
+    pub doorbells: u64,
+    /// EQ doorbells dropped.
+    pub doorbells_dropped: u64,
+    /// MSI-X messages delivered or left pending.
+    pub interrupts: u64,
+}
+
+/// The abnormal interrupt's BAR0 registers.
+#[derive(Debug, Clone, Copy, Default)]
+struct Abnormal {
+    config: u32,
+    status: u32,
+    enable: u32,
+}
+
+/// The events-and-interrupts block: EQs, interrupt enables, the abnormal interrupt and
+/// MSI-X.
+pub(crate) struct EventQueues {
+    queues: Queues,
+    /// `EVENT_INT_EN` per EQN.
+    enables: Vec<bool>,
+    abnormal: Abnormal,
+    msix: MsixTable,
+    sink: Box<dyn InterruptSink>,
+    /// MSI-X enable and function mask, as configuration space holds them.
+    msix_enabled: bool,
+    function_masked: bool,
+    counters: EqCounters,
+    /// The capabilities the EQs are sized from (for FUNC_CLEAR and resets).
+    caps: DeviceCaps,
+}
+
+impl std::fmt::Debug for EventQueues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventQueues")
+            .field("queues", &self.queues)
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventQueues {
+    /// The block after power-on: no EQ, interrupts disabled, `vectors` MSI-X vectors
+    /// delivered to `sink`.
+    pub fn new(caps: &DeviceCaps, vectors: u16, sink: Box<dyn InterruptSink>) -> Self {
+        Self {
+            queues: Queues::new(caps),
+            enables: vec![false; regs::MAX_EVENT_INT_ENABLES as usize],
+            abnormal: Abnormal::default(),
+            msix: MsixTable::new(vectors),
+            sink,
+            msix_enabled: false,
+            function_masked: false,
+            counters: EqCounters::default(),
+            caps: *caps,
+        }
+    }
+
+    /// A copy in the current state that signals `sink`.
+    pub fn fork(&self, sink: Box<dyn InterruptSink>) -> Self {
+        Self {
+            queues: self.queues.clone(),
+            enables: self.enables.clone(),
+            abnormal: self.abnormal,
+            msix: self.msix.clone(),
+            sink,
+            msix_enabled: self.msix_enabled,
+            function_masked: self.function_masked,
+            counters: self.counters,
+            caps: self.caps,
+        }
+    }
+
+    /// FUNC_CLEAR: every EQ destroyed (interrupt enables and MSI-X are kept).
+    pub fn clear(&mut self) {
+        self.queues = Queues::new(&self.caps);
+    }
+
+    /// Function reset: every EQ destroyed, interrupt enables and abnormal registers
+    /// cleared; the MSI-X table and the counters are kept.
+    pub fn reset(&mut self) {
+        self.clear();
+        self.enables.fill(false);
+        self.abnormal = Abnormal::default();
+    }
+
+    /// What the block counted.
+    pub fn counters(&self) -> EqCounters {
+        self.counters
+    }
+
+    /// Number of CEQs the device has vectors for.
+    pub fn num_ceqs(&self) -> u32 {
+        self.queues.num_ceqs()
+    }
+
+    /// Whether `eqn` is a created EQ of `kind`.
+    pub fn is_active(&self, eqn: u32, kind: EqKind) -> bool {
+        self.queues.is_active(eqn, kind)
+    }
+
+    /// EQN of the AEQ (see [`Queues::aeq_number`]).
+    #[cfg(test)]
+    pub fn aeq_number(&self) -> u32 {
+        self.queues.aeq_number()
+    }
+
     // ---- mailbox commands ----------------------------------------------------------
 
     /// CREATE_CEQC / CREATE_AEQC: checks the EQC and makes EQ `eqn` active.
-    pub(crate) fn create_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc) -> Result<(), Rejection> {
-        self.eqs.check_number(eqn, kind)?;
+    pub fn create(&mut self, eqn: u32, kind: EqKind, eqc: Eqc) -> Result<(), Rejection> {
+        self.queues.check_number(eqn, kind)?;
         if kind == EqKind::Async {
-            let existing = self.eqs.aeq_number();
-            if existing != eqn && self.eqs.is_active(existing, EqKind::Async) {
+            let existing = self.queues.aeq_number();
+            if existing != eqn && self.queues.is_active(existing, EqKind::Async) {
                 return Err(Rejection::state(
                     "tag",
                     u64::from(eqn),
@@ -467,26 +615,26 @@ impl Device {
                 ));
             }
         }
-        if self.eqs.active(eqn).is_some() {
+        if self.queues.active(eqn).is_some() {
             return Err(Rejection::state(
                 Eqc::EQ_ST.name,
                 u64::from(u8::from(EqState::Valid)),
                 format!("{} {eqn} not in use (destroy it first)", kind.name()),
             ));
         }
-        let queue = self.eqs.build(kind, &eqc)?;
+        let queue = self.queues.build(kind, &eqc)?;
         tracing::debug!(target: "rnic::eq", eqn, kind = kind.name(), depth = queue.depth, entry_size = queue.entry_size, "EQ created");
-        self.eqs.slots[eqn as usize] = EqSlot::Active(queue);
+        self.queues.slots[eqn as usize] = EqSlot::Active(queue);
         Ok(())
     }
 
     /// MODIFY_CEQC / MODIFY_AEQC with the hns mask rule (mask bit 1 keeps the current
     /// bit). Only `EQ_MAX_CNT`, `EQ_PERIOD` and `ARM_ST` may change.
-    pub(crate) fn modify_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
-        let current = self.query_eq(eqn, kind)?;
+    pub fn modify(&mut self, io: &mut impl Io, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
+        let current = self.query(eqn, kind)?;
         let command = format!("MODIFY_{}C", kind.name());
         let modifiable = [Eqc::EQ_MAX_CNT, Eqc::EQ_PERIOD, Eqc::ARM_ST];
-        let merged = crate::firmware::merge_modifiable(&current, &eqc, &mask, &modifiable, &command)?;
+        let merged = crate::command::merge_modifiable(&current, &eqc, &mask, &modifiable, &command)?;
         let arm = merged.arm_state().map_err(|_| {
             Rejection::parameter(
                 Eqc::ARM_ST.name,
@@ -494,20 +642,20 @@ impl Device {
                 "0 (fired), 1 (armed) or 3 (always armed)",
             )
         })?;
-        if let Some(queue) = self.eqs.active_mut(eqn) {
+        if let Some(queue) = self.queues.active_mut(eqn) {
             queue.max_count = merged.max_count();
             queue.period = merged.period();
             queue.arm = arm;
         }
-        self.eq_check_interrupt(eqn);
+        self.check_interrupt(io, eqn);
         Ok(())
     }
 
     /// QUERY_CEQC / QUERY_AEQC: the EQC with the current state, arm state, producer and
     /// consumer indices and coalescing fields.
-    pub(crate) fn query_eq(&mut self, eqn: u32, kind: EqKind) -> Result<Eqc, Rejection> {
-        self.eqs.check_number(eqn, kind)?;
-        match self.eqs.active(eqn) {
+    pub fn query(&self, eqn: u32, kind: EqKind) -> Result<Eqc, Rejection> {
+        self.queues.check_number(eqn, kind)?;
+        match self.queues.active(eqn) {
             Some(queue) => Ok(queue.context()),
             None => Err(Rejection::state(
                 Eqc::EQ_ST.name,
@@ -519,16 +667,16 @@ impl Device {
 
     /// DESTROY_CEQC / DESTROY_AEQC: frees the slot. A pending coalescing timer becomes
     /// stale.
-    pub(crate) fn destroy_eq(&mut self, eqn: u32, kind: EqKind) -> Result<(), Rejection> {
-        self.eqs.check_number(eqn, kind)?;
-        if self.eqs.active(eqn).is_none() {
+    pub fn destroy(&mut self, eqn: u32, kind: EqKind) -> Result<(), Rejection> {
+        self.queues.check_number(eqn, kind)?;
+        if self.queues.active(eqn).is_none() {
             return Err(Rejection::state(
                 Eqc::EQ_ST.name,
                 0,
                 format!("a created {} (nothing to destroy)", kind.name()),
             ));
         }
-        self.eqs.slots[eqn as usize] = EqSlot::Free;
+        self.queues.slots[eqn as usize] = EqSlot::Free;
         tracing::debug!(target: "rnic::eq", eqn, kind = kind.name(), "EQ destroyed");
         Ok(())
     }
@@ -536,58 +684,64 @@ impl Device {
     // ---- posting events ------------------------------------------------------------
 
     /// Writes a CEQE `{CQN = cqn}` to CEQ `ceqn`.
-    pub(crate) fn post_completion_event(&mut self, ceqn: u32, cqn: u32) {
+    pub fn post_completion_event(&mut self, io: &mut impl Io, ceqn: u32, cqn: u32) {
         let entry = EqEntry::Completion { cqn };
-        if !self.eqs.is_active(ceqn, EqKind::Completion) {
-            self.eq_missing(format!("CEQ {ceqn}"), entry);
+        if !self.queues.is_active(ceqn, EqKind::Completion) {
+            self.eq_missing(io, format!("CEQ {ceqn}"), entry);
             return;
         }
-        self.post_eqe(ceqn, entry);
+        self.post_eqe(io, ceqn, entry);
     }
 
     /// Writes an AEQE `{event, sub_type, queue_number}` to the AEQ.
-    pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        self.post_to_aeq(EqEntry::Async {
-            event,
-            sub_type,
-            queue_number,
-        });
+    pub fn post_async_event(&mut self, io: &mut impl Io, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        self.post_to_aeq(
+            io,
+            EqEntry::Async {
+                event,
+                sub_type,
+                queue_number,
+            },
+        );
     }
 
     /// Writes a mailbox-completion AEQE (event 0x13, [`AeqeMailbox`] view) to the AEQ.
-    pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
-        self.post_to_aeq(EqEntry::Mailbox {
-            token,
-            status,
-            out_param,
-        });
+    pub fn post_mailbox_event(&mut self, io: &mut impl Io, token: u16, status: u8, out_param: u64) {
+        self.post_to_aeq(
+            io,
+            EqEntry::Mailbox {
+                token,
+                status,
+                out_param,
+            },
+        );
     }
 
-    fn post_to_aeq(&mut self, entry: EqEntry) {
-        let aeqn = self.eqs.aeq_number();
-        if !self.eqs.is_active(aeqn, EqKind::Async) {
-            self.eq_missing(format!("AEQ {aeqn}"), entry);
+    fn post_to_aeq(&mut self, io: &mut impl Io, entry: EqEntry) {
+        let aeqn = self.queues.aeq_number();
+        if !self.queues.is_active(aeqn, EqKind::Async) {
+            self.eq_missing(io, format!("AEQ {aeqn}"), entry);
             return;
         }
-        self.post_eqe(aeqn, entry);
+        self.post_eqe(io, aeqn, entry);
     }
 
     /// No EQ to receive `entry`: the event is lost.
-    fn eq_missing(&mut self, object: String, entry: EqEntry) {
+    fn eq_missing(&mut self, io: &mut impl Io, object: String, entry: EqEntry) {
         let (field, value) = entry.subject();
         let expected = format!("a created EQ to receive {} (the event is lost)", entry.describe());
-        self.diagnose(Source::EventQueue, object, field, value, expected);
+        io.diagnose(Source::EventQueue, object, field, value, expected);
     }
 
     /// Writes `entry` at the producer index of active EQ `eqn`, then raises the
     /// interrupt if due.
-    fn post_eqe(&mut self, eqn: u32, entry: EqEntry) {
-        let Some(queue) = self.eqs.active(eqn) else { return };
+    fn post_eqe(&mut self, io: &mut impl Io, eqn: u32, entry: EqEntry) {
+        let Some(queue) = self.queues.active(eqn) else { return };
         let kind = queue.kind;
         let depth = queue.depth;
         let producer_index = queue.producer_index;
         if queue.occupancy() >= depth {
-            self.eq_overflow(eqn, entry);
+            self.eq_overflow(io, eqn, entry);
             return;
         }
         let mtr = queue.mtr;
@@ -595,9 +749,9 @@ impl Device {
         let offset = u64::from(producer_index & (depth - 1)) * entry_size as u64;
         let bytes = entry.encode(eqe_owner_bit_for_producer(producer_index, depth));
         let object = format!("{} {eqn}", kind.name());
-        let address = match self.translate(&mtr, offset) {
+        let address = match io.translate(&mtr, offset) {
             None => {
-                self.diagnose(
+                io.diagnose(
                     Source::EventQueue,
                     object,
                     "COMMAND.BUS_MASTER",
@@ -612,9 +766,10 @@ impl Device {
             Some(Ok(address)) => address,
             Some(Err(error)) => {
                 if matches!(error, MttError::BtUnreachable { .. }) {
-                    self.counters.dma_errors += 1;
+                    io.count_dma_error();
                 }
                 self.eq_failed(
+                    io,
                     eqn,
                     offset,
                     format!("a translatable EQE buffer for {}: {error}", entry.describe()),
@@ -622,8 +777,9 @@ impl Device {
                 return;
             }
         };
-        if let Err(error) = self.dma_write(address, &bytes[..entry_size]) {
+        if let Err(error) = io.dma_write(address, &bytes[..entry_size]) {
             self.eq_failed(
+                io,
                 eqn,
                 address,
                 format!("a writable EQE at {address:#x} for {}: {error}", entry.describe()),
@@ -632,21 +788,24 @@ impl Device {
         }
         self.counters.eqes += 1;
         // Timing: recorded for the breakdown; the EQE is written now (see docs/timing.md).
-        let cost = self.timing.params().eqe_write();
-        self.timing.record(crate::timing::Stage::EqeWrite, cost);
+        let timing = io.timing();
+        let cost = timing.params().eqe_write();
+        timing.record(Stage::EqeWrite, cost);
         tracing::trace!(target: "rnic::eq", eqn, producer_index, address, entry = ?entry, "EQE written");
-        if let Some(queue) = self.eqs.active_mut(eqn) {
+        if let Some(queue) = self.queues.active_mut(eqn) {
             queue.producer_index = (producer_index + 1) & INDEX_MASK;
             queue.overflowing = false;
             queue.pending = queue.pending.saturating_add(1);
         }
-        self.eq_check_interrupt(eqn);
+        self.check_interrupt(io, eqn);
     }
 
     /// EQ `eqn` is full: drop `entry`, mark the overflow and report the episode's first
     /// loss (unless `OVER_IGNORE`).
-    fn eq_overflow(&mut self, eqn: u32, entry: EqEntry) {
-        let Some(queue) = self.eqs.active_mut(eqn) else { return };
+    fn eq_overflow(&mut self, io: &mut impl Io, eqn: u32, entry: EqEntry) {
+        let Some(queue) = self.queues.active_mut(eqn) else {
+            return;
+        };
         let kind = queue.kind;
         let depth = queue.depth;
         let consumer_index = queue.consumer_index;
@@ -656,7 +815,7 @@ impl Device {
             queue.overflowing = true;
             queue.state = EqState::Overflow;
         }
-        self.diagnose(
+        io.diagnose(
             Source::EventQueue,
             format!("{} {eqn}", kind.name()),
             Eqc::EQ_CONS_INDX.name,
@@ -671,51 +830,57 @@ impl Device {
         }
         match kind {
             EqKind::Async => self.raise_abnormal(regs::ABNORMAL_AEQ_OVERFLOW),
-            EqKind::Completion => self.post_async_event(AsyncEventType::CeqOverflow, 0, eqn),
+            EqKind::Completion => self.post_async_event(io, AsyncEventType::CeqOverflow, 0, eqn),
         }
     }
 
     /// Writing an entry of EQ `eqn` failed: `EQ_ST` becomes failure (3).
-    fn eq_failed(&mut self, eqn: u32, value: u64, expected: String) {
-        let Some(queue) = self.eqs.active_mut(eqn) else { return };
+    fn eq_failed(&mut self, io: &mut impl Io, eqn: u32, value: u64, expected: String) {
+        let Some(queue) = self.queues.active_mut(eqn) else {
+            return;
+        };
         queue.state = EqState::Failure;
         let object = format!("{} {eqn}", queue.kind.name());
-        self.diagnose(Source::EventQueue, object, Eqc::EQE_BA.name, value, expected);
+        io.diagnose(Source::EventQueue, object, Eqc::EQE_BA.name, value, expected);
     }
 
     // ---- interrupts ----------------------------------------------------------------
 
     /// Whether the driver enabled EQ `eqn`'s interrupt (`EVENT_INT_EN`).
-    fn eq_interrupt_enable(&self, eqn: u32) -> bool {
-        self.registers.event_enable.get(eqn as usize).copied().unwrap_or(false)
+    fn interrupt_enabled(&self, eqn: u32) -> bool {
+        self.enables.get(eqn as usize).copied().unwrap_or(false)
     }
 
     /// Raises EQ `eqn`'s interrupt if its pending entries reach the coalescing count, or
     /// starts the coalescing timer.
-    fn eq_check_interrupt(&mut self, eqn: u32) {
-        let enabled = self.eq_interrupt_enable(eqn);
-        let Some(queue) = self.eqs.active_mut(eqn) else { return };
+    fn check_interrupt(&mut self, io: &mut impl Io, eqn: u32) {
+        let enabled = self.interrupt_enabled(eqn);
+        let Some(queue) = self.queues.active_mut(eqn) else {
+            return;
+        };
         if !enabled || !queue.armed() || queue.pending == 0 {
             return;
         }
         if queue.pending >= u32::from(queue.max_count.max(1)) {
-            self.eq_fire(eqn);
+            self.fire(io, eqn);
         } else if queue.period > 0 && !queue.timer_scheduled {
             queue.timer_scheduled = true;
-            let event = Event::EqCoalesceTimer {
+            let timer = Timer {
                 eqn,
                 generation: queue.generation,
             };
             let delay = Picoseconds::from_micros(u64::from(queue.period));
-            self.scheduler.schedule_in(delay, event);
+            io.schedule_in(delay, timer);
         }
     }
 
     /// Signals EQ `eqn`'s vector: pending count cleared, timer made stale, armed → fired.
-    fn eq_fire(&mut self, eqn: u32) {
-        let generation = self.eqs.generation();
-        let vector = self.eq_vector(eqn);
-        let Some(queue) = self.eqs.active_mut(eqn) else { return };
+    fn fire(&mut self, io: &mut impl Io, eqn: u32) {
+        let generation = self.queues.generation();
+        let vector = self.vector(eqn);
+        let Some(queue) = self.queues.active_mut(eqn) else {
+            return;
+        };
         queue.pending = 0;
         queue.generation = generation;
         queue.timer_scheduled = false;
@@ -723,42 +888,54 @@ impl Device {
             queue.arm = EqArmState::Fired;
         }
         tracing::trace!(target: "rnic::eq", eqn, vector, "EQ interrupt");
-        let cost = self.timing.params().msix();
-        self.timing.record(crate::timing::Stage::Msix, cost);
+        let timing = io.timing();
+        let cost = timing.params().msix();
+        timing.record(Stage::Msix, cost);
         self.signal_vector(vector);
     }
 
     /// The coalescing timer of EQ `eqn` expired (event loop): raise the interrupt if it is
     /// still current and entries are pending.
-    pub(crate) fn eq_coalesce_timer(&mut self, eqn: u32, generation: u64) {
-        let enabled = self.eq_interrupt_enable(eqn);
-        let Some(queue) = self.eqs.active_mut(eqn) else { return };
+    pub fn coalesce_timer(&mut self, io: &mut impl Io, Timer { eqn, generation }: Timer) {
+        let enabled = self.interrupt_enabled(eqn);
+        let Some(queue) = self.queues.active_mut(eqn) else {
+            return;
+        };
         if queue.generation != generation || !queue.timer_scheduled {
             return;
         }
         queue.timer_scheduled = false;
         if enabled && queue.armed() && queue.pending > 0 {
-            self.eq_fire(eqn);
+            self.fire(io, eqn);
         }
     }
 
-    /// The driver set EQ `eqn`'s `EVENT_INT_EN`: raise the interrupt at once if the EQ is
-    /// armed and holds unconsumed entries.
-    pub(crate) fn eq_interrupt_enabled(&mut self, eqn: u32) {
-        let Some(queue) = self.eqs.active(eqn) else { return };
-        if queue.armed() && queue.occupancy() > 0 {
-            self.eq_fire(eqn);
+    /// The driver wrote EQ `eqn`'s `EVENT_INT_EN` (BAR0): when it enables it, raise the
+    /// interrupt at once if the EQ is armed and holds unconsumed entries.
+    pub fn write_interrupt_enable(&mut self, io: &mut impl Io, eqn: u32, value: u32) {
+        self.enables[eqn as usize] = value & 1 != 0;
+        if value & 1 == 0 {
+            return;
         }
+        let Some(queue) = self.queues.active(eqn) else { return };
+        if queue.armed() && queue.occupancy() > 0 {
+            self.fire(io, eqn);
+        }
+    }
+
+    /// EQ `eqn`'s `EVENT_INT_EN` as BAR0 reads it.
+    pub fn read_interrupt_enable(&self, eqn: u32) -> u32 {
+        self.enables[eqn as usize] as u32
     }
 
     /// MSI-X vector of EQ `eqn` (see the module documentation).
-    pub(crate) fn eq_vector(&self, eqn: u32) -> u16 {
-        self.eqs.vector(eqn)
+    pub fn vector(&self, eqn: u32) -> u16 {
+        self.queues.vector(eqn)
     }
 
     /// Number of created EQs (for the device's resource accounting and leak checks).
-    pub fn active_eq_count(&self) -> usize {
-        self.eqs
+    pub fn active_count(&self) -> usize {
+        self.queues
             .slots
             .iter()
             .filter(|slot| matches!(slot, EqSlot::Active(_)))
@@ -770,13 +947,14 @@ impl Device {
     /// EQ doorbell (BAR2 page 0 + 0x238): updates the consumer index and, for the
     /// re-arm commands, arms a fired EQ (raising the interrupt at once when entries are
     /// outstanding past the new CI, so no event is lost).
-    pub(crate) fn eq_doorbell(&mut self, word: u64) {
+    pub fn doorbell(&mut self, io: &mut impl Io, word: u64) {
         let doorbell = EqDoorbell::from_u64(word);
         let command = match EqDoorbellCommand::try_from(doorbell.command()) {
             Ok(command) => command,
             Err(_) => {
                 // CMD is two bits wide, so every value decodes; kept for robustness.
-                self.eq_doorbell_dropped(
+                self.doorbell_dropped(
+                    io,
                     "EQ doorbell".into(),
                     EqDoorbell::CMD.name,
                     doorbell.command().into(),
@@ -786,18 +964,18 @@ impl Device {
             }
         };
         let (eqn, kind, rearm) = match command {
-            EqDoorbellCommand::AeqCi => (self.eqs.aeq_number(), EqKind::Async, false),
-            EqDoorbellCommand::AeqCiArm => (self.eqs.aeq_number(), EqKind::Async, true),
+            EqDoorbellCommand::AeqCi => (self.queues.aeq_number(), EqKind::Async, false),
+            EqDoorbellCommand::AeqCiArm => (self.queues.aeq_number(), EqKind::Async, true),
             EqDoorbellCommand::CeqCi => (u32::from(doorbell.tag()), EqKind::Completion, false),
             EqDoorbellCommand::CeqCiArm => (u32::from(doorbell.tag()), EqKind::Completion, true),
         };
-        let enabled = self.eq_interrupt_enable(eqn);
-        let Some(queue) = self.eqs.active_mut(eqn).filter(|q| q.kind == kind) else {
+        let enabled = self.interrupt_enabled(eqn);
+        let Some(queue) = self.queues.active_mut(eqn).filter(|q| q.kind == kind) else {
             let expected = match kind {
-                EqKind::Completion => format!("a created CEQ below {}", self.eqs.num_ceqs()),
+                EqKind::Completion => format!("a created CEQ below {}", self.queues.num_ceqs()),
                 EqKind::Async => "a created AEQ".to_string(),
             };
-            self.eq_doorbell_dropped(format!("EQ {eqn}"), EqDoorbell::TAG.name, eqn.into(), expected);
+            self.doorbell_dropped(io, format!("EQ {eqn}"), EqDoorbell::TAG.name, eqn.into(), expected);
             return;
         };
         let consumer_index = doorbell.consumer_index() & INDEX_MASK;
@@ -808,7 +986,8 @@ impl Device {
                 "a consumer index from the current {:#x} up to the producer index {:#x}",
                 queue.consumer_index, queue.producer_index
             );
-            self.eq_doorbell_dropped(
+            self.doorbell_dropped(
+                io,
                 format!("EQ {eqn}"),
                 EqDoorbell::CI.name,
                 consumer_index.into(),
@@ -826,12 +1005,77 @@ impl Device {
         self.counters.doorbells += 1;
         tracing::trace!(target: "rnic::eq", eqn, consumer_index, rearm, "EQ doorbell");
         if fire {
-            self.eq_fire(eqn);
+            self.fire(io, eqn);
         }
     }
 
-    fn eq_doorbell_dropped(&mut self, object: String, field: &'static str, value: u64, expected: String) {
+    fn doorbell_dropped(
+        &mut self,
+        io: &mut impl Io,
+        object: String,
+        field: &'static str,
+        value: u64,
+        expected: String,
+    ) {
         self.counters.doorbells_dropped += 1;
-        self.diagnose(Source::Doorbell, object, field, value, expected);
+        io.diagnose(Source::Doorbell, object, field, value, expected);
+    }
+
+    // ---- interrupts ----------------------------------------------------------------
+
+    /// Signals MSI-X `vector` (pending if masked).
+    fn signal_vector(&mut self, vector: u16) {
+        self.counters.interrupts += 1;
+        self.msix
+            .signal(vector, self.msix_enabled, self.function_masked, &mut *self.sink);
+    }
+
+    /// Sets abnormal status bits and raises the abnormal vector if enabled.
+    pub fn raise_abnormal(&mut self, bits: u32) {
+        self.abnormal.status |= bits;
+        if self.abnormal.config & 1 != 0 && self.abnormal.enable & bits != 0 {
+            self.signal_vector(regs::ABNORMAL_VECTOR);
+        }
+    }
+
+    /// Reads an abnormal-interrupt register (`ABNORMAL_INT_CONFIG`, `_STATUS`, `_ENABLE`).
+    pub fn read_abnormal(&self, offset: u64) -> u32 {
+        match offset {
+            regs::ABNORMAL_INT_CONFIG => self.abnormal.config,
+            regs::ABNORMAL_INT_STATUS => self.abnormal.status,
+            _ => self.abnormal.enable,
+        }
+    }
+
+    /// Writes an abnormal-interrupt register (status bits are cleared by writing ones).
+    pub fn write_abnormal(&mut self, offset: u64, value: u32) {
+        match offset {
+            regs::ABNORMAL_INT_CONFIG => self.abnormal.config = value,
+            regs::ABNORMAL_INT_STATUS => self.abnormal.status &= !value,
+            _ => self.abnormal.enable = value,
+        }
+    }
+
+    /// Follows configuration space's MSI-X control (enable, function mask); pending
+    /// vectors go out when the function becomes unmasked.
+    pub fn set_msix_control(&mut self, enabled: bool, function_masked: bool) {
+        let was_masked = self.function_masked || !self.msix_enabled;
+        self.msix_enabled = enabled;
+        self.function_masked = function_masked;
+        let now_masked = function_masked || !enabled;
+        if was_masked && !now_masked {
+            self.msix.function_unmasked(&mut *self.sink);
+        }
+    }
+
+    /// Reads the MSI-X table or PBA (BAR4).
+    pub fn read_msix(&self, offset: u64, data: &mut [u8]) {
+        self.msix.read(offset, data);
+    }
+
+    /// Writes the MSI-X table (BAR4); an entry unmasked with its bit pending goes out.
+    pub fn write_msix(&mut self, offset: u64, data: &[u8]) {
+        self.msix
+            .write(offset, data, self.msix_enabled, self.function_masked, &mut *self.sink);
     }
 }

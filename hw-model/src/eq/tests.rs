@@ -11,8 +11,8 @@ use rnic_firmware_if::regs;
 
 use super::harness::{ceq_buffer, eqc, Bench, AEQ_BUFFER};
 use super::EqKind;
+use crate::command::Rejection;
 use crate::diagnostics::Source;
-use crate::firmware::Rejection;
 
 /// CEQ 0's vector with the default capabilities: abnormal 0, AEQ 1, CEQ *i* at 2 + *i*.
 const CEQ0_VECTOR: u16 = 2;

@@ -6,7 +6,7 @@ use rnic_firmware_if::cmdq::{
     FunctionResourcesA, FunctionResourcesB, GidEntry, GidType, GlobalParam, HardwareVersion, Opcode, ReturnCode,
     SmacEntry, DESCRIPTOR_SIZE, MAX_RING_DEPTH, RING_DEPTH_UNIT,
 };
-use rnic_firmware_if::mailbox::{MailboxStatus, PostMailbox};
+use rnic_firmware_if::mailbox::{ContextTable, MailboxStatus, PostMailbox};
 use rnic_firmware_if::regs;
 
 use super::{GidTableEntry, MAILBOX_QUEUE_DEPTH};
@@ -485,12 +485,12 @@ impl Device {
                 buffer_page_shift: 12 + buffer as u32,
                 hop,
             };
-            let table = match name {
-                "QPC" => &self.tables.qpc,
-                "MPT" => &self.tables.mpt,
-                "CQC" => &self.tables.cqc,
-                _ => &self.tables.srqc,
-            };
+            let table = self.contexts.table(match name {
+                "QPC" => ContextTable::Qpc,
+                "MPT" => ContextTable::Mpt,
+                "CQC" => ContextTable::Cqc,
+                _ => ContextTable::Srqc,
+            });
             if let Err(error) = table.clone().set_attributes(candidate) {
                 self.diagnose(
                     Source::CommandQueue,
@@ -504,14 +504,16 @@ impl Device {
             attributes.push(candidate);
         }
         let [qpc, mpt, cqc, srqc] = attributes.try_into().expect("four tables");
-        let tables = &mut self.tables;
         for (table, attrs) in [
-            (&mut tables.qpc, qpc),
-            (&mut tables.mpt, mpt),
-            (&mut tables.cqc, cqc),
-            (&mut tables.srqc, srqc),
+            (ContextTable::Qpc, qpc),
+            (ContextTable::Mpt, mpt),
+            (ContextTable::Cqc, cqc),
+            (ContextTable::Srqc, srqc),
         ] {
-            table.set_attributes(attrs).expect("checked above");
+            self.contexts
+                .table_mut(table)
+                .set_attributes(attrs)
+                .expect("checked above");
         }
         self.firmware.attributes_configured = true;
         ReturnCode::Success

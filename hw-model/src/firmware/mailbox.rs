@@ -170,14 +170,9 @@ impl Device {
         index: u32,
         address: u64,
     ) -> Result<Output, Rejection> {
-        let memory = self.memory.clone();
-        let bus_master = self.config_space.bus_master_enabled();
-        let context_table = match table {
-            ContextTable::Qpc => &mut self.tables.qpc,
-            ContextTable::Mpt => &mut self.tables.mpt,
-            ContextTable::Cqc => &mut self.tables.cqc,
-            ContextTable::Srqc => &mut self.tables.srqc,
-        };
+        let bus_master = self.bus.master();
+        let memory = self.bus.gated_memory();
+        let context_table = self.contexts.table_mut(table);
         match command {
             BtCommand::Write => {
                 context_table
@@ -196,7 +191,7 @@ impl Device {
                     return Err(Rejection::dma("BT", address, "bus mastering disabled"));
                 }
                 let found = context_table
-                    .read_base_address(&*memory, index, level)
+                    .read_base_address(memory, index, level)
                     .map_err(|e| Rejection::no_table("TAG", index as u64, e))?;
                 Ok(Output::Bytes(found.to_le_bytes().to_vec()))
             }
@@ -205,8 +200,8 @@ impl Device {
 
     /// FUNC_CLEAR: forget every context-table address, EQ and queued mailbox command.
     pub(crate) fn clear_function_resources(&mut self) {
-        self.tables = Self::context_tables_for(&self.config);
-        self.eqs = crate::eq::EventQueues::new(&self.config.caps);
+        self.contexts.clear_tables(&self.config);
+        self.eqs.clear();
         self.firmware.mailbox_queue.clear();
         self.firmware.attributes_configured = false;
     }

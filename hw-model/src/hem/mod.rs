@@ -38,10 +38,12 @@ use crate::fast_hash::FastHashMap;
 use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
 
 mod cache;
+mod contexts;
 #[cfg(test)]
 mod tests;
 
 pub use cache::{ContextCache, CONTEXT_CACHE_CAPACITY};
+pub(crate) use contexts::{Contexts, QpcProgress, SqProgress};
 
 pub use rnic_firmware_if::mtr::{MAX_BT_PAGE_SHIFT, MAX_BUFFER_PAGE_SHIFT};
 /// Required alignment of BT page and buffer chunk addresses.
@@ -496,7 +498,10 @@ impl ContextTable {
             let slot = &mut self.l0_slots[location.l0 as usize];
             if let Some(old) = *slot {
                 if old != address {
-                    tracing::warn!(
+                    // A driver can repeat this at will: bounded like any diagnostic.
+                    rnic_diag::warn!(
+                        rnic_diag::global(),
+                        rnic_diag::Kind::new("hem", "L0 slot overwritten"),
                         table,
                         index,
                         slot = location.l0,

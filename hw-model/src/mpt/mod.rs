@@ -1,17 +1,37 @@
-//! Memory protection table (MPT): memory regions. CREATE_MPT / DESTROY_MPT / QUERY_MPT,
-//! and the key, PD, access and bounds checks the transport applies to every access.
+//! Memory protection (MPT): memory regions. CREATE_MPT / DESTROY_MPT / QUERY_MPT, the
+//! key, PD, access and bounds checks the transport applies to every access, and the
+//! invalidation of a key by a SEND with invalidate.
 //!
 //! Keys follow hns: `key = rotl32(index, 8)`, so the MPT index is `rotr32(key, 8)`
 //! masked to the table size, and the key's low byte is the variant the driver chose.
+//!
+//! The block ([`MemoryProtection`]) owns the MPT cache (the hns MPT cache: MPTs decoded
+//! for the access check). It accepts the mailbox commands and the access checks, produces
+//! no events, and reaches host memory only through its [`Io`]: the MPT table of the
+//! context block, the MTT and the bus-master state.
 
 use rnic_firmware_if::context::mpt::key_to_index;
 use rnic_firmware_if::context::{Mpt, MptState};
-use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::mtr::page_shift_from_field;
 
-use crate::device::Device;
-use crate::firmware::Rejection;
-use crate::mtt::Mtr;
+use crate::command::Rejection;
+use crate::fast_hash::FastHashMap;
+use crate::mtt::{Mtr, MttError};
+
+/// What the MPT block needs from the rest of the device.
+pub(crate) trait Io {
+    /// MPT `index` and its bus address, from the MPT table of the context block.
+    fn read_mpt(&mut self, index: u32) -> Result<(Mpt, u64), Rejection>;
+    /// Writes the MPT at `address` back.
+    fn write_mpt(&mut self, address: u64, mpt: &Mpt) -> Result<(), Rejection>;
+    /// Translates byte `offset` of `mtr` through the MTT; None while bus mastering is off.
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>>;
+    /// Whether bus mastering is on (cached MPTs answer only then).
+    fn bus_master(&self) -> bool;
+}
+
+/// Most MPTs the MPT cache holds before it starts over.
+const MPT_CACHE_CAPACITY: usize = crate::hem::LOCATION_CACHE_CAPACITY;
 
 bitflags::bitflags! {
     /// Access rights an operation needs from a memory region.
@@ -142,7 +162,7 @@ impl CheckedMpt {
         granted.set(MrAccess::REMOTE_WRITE, mpt.remote_write_enable());
         granted.set(MrAccess::REMOTE_ATOMIC, mpt.atomic_enable());
         let table = (!mpt.physical_address()).then(|| {
-            let mtr = Device::mpt_mtr(mpt);
+            let mtr = mpt_mtr(mpt);
             let first_page_offset = if mpt.zero_based() {
                 0
             } else {
@@ -163,30 +183,77 @@ impl CheckedMpt {
     }
 }
 
-impl Device {
+/// The page table of a (non-physical) region.
+fn mpt_mtr(mpt: &Mpt) -> Mtr {
+    Mtr::single(
+        mpt.pbl_base_address() << 3,
+        page_shift_from_field(mpt.pbl_ba_page_size()),
+        page_shift_from_field(mpt.pbl_buffer_page_size()),
+        mpt.pbl_size() as u64,
+        mpt.pbl_hop_number(),
+    )
+}
+
+/// The memory-protection block: the MPT cache and the limits from the capabilities.
+#[derive(Debug, Clone)]
+pub(crate) struct MemoryProtection {
+    /// MPT index → the MPT as last read from host memory, decoded: forgotten with the
+    /// context tables' remembered addresses (on every command, mailbox, configuration
+    /// write and reset) and when the device itself changes an MPT.
+    cache: FastHashMap<u32, CheckedMpt>,
+    /// MPTs in the table (`num_mtpts`).
+    count: u32,
+    /// Protection domains (`num_pds`).
+    pds: u32,
+}
+
+impl MemoryProtection {
+    /// The block of a device with `count` MPTs and `pds` protection domains.
+    pub fn new(count: u32, pds: u32) -> Self {
+        Self {
+            cache: FastHashMap::default(),
+            count,
+            pds,
+        }
+    }
+
+    /// Forgets every cached MPT.
+    pub fn forget(&mut self) {
+        self.cache.clear();
+    }
+
     fn mpt_index(&self, index: u32) -> Result<(), Rejection> {
-        let count = self.config.caps.num_mtpts;
-        if index >= count {
-            return Err(Rejection::index(index as u64, count as u64));
+        if index >= self.count {
+            return Err(Rejection::index(index as u64, self.count as u64));
         }
         Ok(())
     }
 
-    /// The page table of a (non-physical) region.
-    fn mpt_mtr(mpt: &Mpt) -> Mtr {
-        Mtr::single(
-            mpt.pbl_base_address() << 3,
-            page_shift_from_field(mpt.pbl_ba_page_size()),
-            page_shift_from_field(mpt.pbl_buffer_page_size()),
-            mpt.pbl_size() as u64,
-            mpt.pbl_hop_number(),
-        )
+    /// The MPT index a key names.
+    fn index_of(&self, key: u32) -> u32 {
+        key_to_index(key) & (self.count.next_power_of_two() - 1)
+    }
+
+    /// MPT `index`, from the MPT cache or else read from host memory (and then cached).
+    /// With bus mastering off it fails as the read would, cached or not.
+    fn cached_mpt(&mut self, io: &mut impl Io, index: u32) -> Result<CheckedMpt, Rejection> {
+        if io.bus_master() {
+            if let Some(mpt) = self.cache.get(&index) {
+                return Ok(*mpt);
+            }
+        }
+        let mpt = CheckedMpt::decode(&io.read_mpt(index)?.0);
+        if self.cache.len() >= MPT_CACHE_CAPACITY {
+            self.cache.clear();
+        }
+        self.cache.insert(index, mpt);
+        Ok(mpt)
     }
 
     /// CREATE_MPT (mailbox 0x0D).
-    pub(crate) fn create_mpt(&mut self, index: u32, mpt: Mpt) -> Result<(), Rejection> {
+    pub fn create(&mut self, io: &mut impl Io, index: u32, mpt: Mpt) -> Result<(), Rejection> {
         self.mpt_index(index)?;
-        let (current, address) = self.read_context::<Mpt>(ContextTable::Mpt, index)?;
+        let (current, address) = io.read_mpt(index)?;
         if matches!(current.mpt_state(), Ok(MptState::Valid | MptState::Free)) {
             return Err(Rejection::state(
                 "MPT_ST",
@@ -204,20 +271,18 @@ impl Device {
                 ))
             }
         }
-        let caps = self.config.caps;
-        let mask = caps.num_mtpts.next_power_of_two() - 1;
-        if key_to_index(mpt.lkey()) & mask != index {
+        if self.index_of(mpt.lkey()) != index {
             return Err(Rejection::parameter(
                 "LKEY",
                 mpt.lkey() as u64,
                 format!("a key whose rotr32(key, 8) is the MPT index {index:#x}"),
             ));
         }
-        if mpt.protection_domain() >= caps.num_pds {
+        if mpt.protection_domain() >= self.pds {
             return Err(Rejection::parameter(
                 "PD",
                 mpt.protection_domain() as u64,
-                format!("a PD number below {}", caps.num_pds),
+                format!("a PD number below {}", self.pds),
             ));
         }
         if (mpt.remote_write_enable() || mpt.atomic_enable()) && !mpt.local_write_enable() {
@@ -235,7 +300,7 @@ impl Device {
             ));
         }
         if !mpt.physical_address() {
-            let mtr = Self::mpt_mtr(&mpt);
+            let mtr = mpt_mtr(&mpt);
             mtr.validate()
                 .map_err(|e| Rejection::parameter("PBL_BA", mpt.pbl_base_address() << 3, e.to_string()))?;
             let first_page_offset = if mpt.zero_based() {
@@ -252,13 +317,13 @@ impl Device {
                 ));
             }
         }
-        self.write_context(address, &mpt)
+        io.write_mpt(address, &mpt)
     }
 
     /// DESTROY_MPT (mailbox 0x0F).
-    pub(crate) fn destroy_mpt(&mut self, index: u32) -> Result<(), Rejection> {
+    pub fn destroy(&mut self, io: &mut impl Io, index: u32) -> Result<(), Rejection> {
         self.mpt_index(index)?;
-        let (mut current, address) = self.read_context::<Mpt>(ContextTable::Mpt, index)?;
+        let (mut current, address) = io.read_mpt(index)?;
         if !matches!(current.mpt_state(), Ok(MptState::Valid | MptState::Free)) {
             return Err(Rejection::state(
                 "MPT_ST",
@@ -267,13 +332,13 @@ impl Device {
             ));
         }
         current.set_mpt_state_raw(0);
-        self.write_context(address, &current)
+        io.write_mpt(address, &current)
     }
 
     /// QUERY_MPT (mailbox 0x62).
-    pub(crate) fn query_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
+    pub fn query(&mut self, io: &mut impl Io, index: u32) -> Result<Mpt, Rejection> {
         self.mpt_index(index)?;
-        let mpt = self.read_context::<Mpt>(ContextTable::Mpt, index)?.0;
+        let mpt = io.read_mpt(index)?.0;
         if !matches!(mpt.mpt_state(), Ok(MptState::Valid | MptState::Free)) {
             return Err(Rejection::state(
                 "MPT_ST",
@@ -286,17 +351,17 @@ impl Device {
 
     /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in
     /// `pd` needing `needed`, and returns how to translate it.
-    pub fn check_memory_access(
+    pub fn check_access(
         &mut self,
+        io: &mut impl Io,
         key: u32,
         pd: u32,
         address: u64,
         length: u64,
         needed: MrAccess,
     ) -> Result<MrTranslation, MrAccessError> {
-        let mask = self.config.caps.num_mtpts.next_power_of_two() - 1;
-        let index = key_to_index(key) & mask;
-        let mpt = match self.cached_mpt(index) {
+        let index = self.index_of(key);
+        let mpt = match self.cached_mpt(io, index) {
             Ok(mpt) if mpt.valid => mpt,
             _ => return Err(MrAccessError::InvalidKey { key }),
         };
@@ -344,7 +409,7 @@ impl Device {
             // The entry came from the MPT cache or a DMA read, so bus mastering is on,
             // and the MTT cache would give this address.
             (last, base) if last == page => Some(base + in_page),
-            _ => match self.translate(&mtr, offset) {
+            _ => match io.translate(&mtr, offset) {
                 Some(result) => {
                     let bus = result.map_err(|e| MrAccessError::Translation {
                         key,
@@ -354,7 +419,7 @@ impl Device {
                     // runs to the page's end is most likely followed by the next page
                     // (a stream), and remembering costs a second MPT-cache lookup.
                     if in_page.saturating_add(length) <= page_mask {
-                        if let Some(entry) = self.mpt_cache.get_mut(&index) {
+                        if let Some(entry) = self.cache.get_mut(&index) {
                             entry.last_page = (page, bus - in_page);
                         }
                     }
@@ -368,6 +433,32 @@ impl Device {
             offset,
             first_bus,
         })
+    }
+
+    /// SEND with invalidate: the region of `rkey` (in PD `pd`, no windows bound) becomes
+    /// FREE, so the key stops working; the reason in words when it cannot.
+    pub fn invalidate(&mut self, io: &mut impl Io, rkey: u32, pd: u32) -> Result<(), String> {
+        let index = self.index_of(rkey);
+        let (mut mpt, address) = io.read_mpt(index).map_err(|r| r.expected)?;
+        if mpt.mpt_state() != Ok(MptState::Valid) {
+            return Err(format!("MPT {index:#x} is not valid"));
+        }
+        if mpt.lkey() != rkey {
+            return Err(format!("MPT {index:#x} has key {:#x}", mpt.lkey()));
+        }
+        if mpt.protection_domain() != pd {
+            return Err(format!(
+                "MPT {index:#x} is in PD {}, the QP in PD {pd}",
+                mpt.protection_domain()
+            ));
+        }
+        if mpt.mw_count() != 0 {
+            return Err(format!("MPT {index:#x} has memory windows bound"));
+        }
+        mpt.set_mpt_state_raw(u8::from(MptState::Free));
+        // The MPT cache must not keep the key working.
+        self.cache.remove(&index);
+        io.write_mpt(address, &mpt).map_err(|r| r.expected)
     }
 }
 
@@ -418,7 +509,7 @@ mod tests {
                 None => assert!(mpt.physical_address()),
                 Some((mtr, first_page_offset)) => {
                     assert!(!mpt.physical_address());
-                    assert_eq!(mtr, Device::mpt_mtr(&mpt));
+                    assert_eq!(mtr, mpt_mtr(&mpt));
                     let expected = if mpt.zero_based() {
                         0
                     } else {

@@ -22,8 +22,14 @@
 
 use rnic_firmware_if::mtr::{MtrRegion, BT_ENTRY_SIZE, MAX_HOP, MIN_PAGE_SHIFT};
 
+use crate::bus::Bus;
 use crate::fast_hash::FastHashMap;
 use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
+
+mod buffer;
+
+pub use buffer::DmaFault;
+pub(crate) use buffer::{read_buffer, write_buffer};
 
 #[cfg(test)]
 #[path = "../../../verbs-provider/src/mtr.rs"]
@@ -531,6 +537,13 @@ impl TranslationCache {
             self.next_valid = (self.next_valid + 1) % VALID_MTRS;
         }
         Ok(())
+    }
+
+    /// [`TranslationCache::translate`] of host memory behind `bus`; None when bus
+    /// mastering is off.
+    #[inline]
+    pub(crate) fn translate_on(&mut self, bus: &Bus, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
+        Some(self.translate(bus.memory()?, mtr, offset))
     }
 
     /// [`translate`], answering from the pages remembered and remembering the page a

@@ -4,6 +4,14 @@
 //! The QPC lives in host memory (the QPC table) and is the truth: every modify reads it,
 //! merges the new context under the mask (mask bit 1 = keep the current bit), checks the
 //! transition and the fields the target state needs, and writes it back.
+//!
+//! The block ([`QueuePairs`]) owns its counters and the limits from the capabilities. It
+//! accepts MODIFY_QPC / QUERY_QPC, SQ and RQ doorbells, the transport's request to move
+//! a QP to ERR on its own account, and the flush of a QP in ERR. What it decides that
+//! the transport must know — a state change ([`Transition`]), a doorbell that moved a
+//! producer index ([`DoorbellOutcome`]) — it returns, and the top hands it on: the QP
+//! block sits below the transport and never calls it. Flush CQEs go to the CQ block and
+//! errors to the event block through its [`Io`].
 
 pub mod state;
 
@@ -11,14 +19,92 @@ use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{Mtu, QpState, Qpc, ServiceType, GSI_QPN, SMI_QPN};
 use rnic_firmware_if::cqe::{Cqe, CqeStatus, RecvOpcode};
 use rnic_firmware_if::event::AsyncEventType;
-use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::mtr::{page_shift_from_field, MtrRegion, QpBufferLayout};
 use rnic_firmware_if::wqe::SQ_WQE_SIZE;
 
-use crate::device::Device;
+use crate::command::Rejection;
 use crate::diagnostics::Source;
-use crate::firmware::Rejection;
+use crate::memory::MemoryError;
 use crate::mtt::{Mtr, MttError};
+
+/// What the QP block needs from the rest of the device.
+pub(crate) trait Io {
+    /// QP `qpn`'s context and its bus address, from the QPC table of the context block
+    /// (with the transport's recorded progress applied).
+    fn read_qpc(&mut self, qpn: u32) -> Result<(Qpc, u64), Rejection>;
+    /// Writes the QPC at `address` back (through the context cache).
+    fn write_qpc(&mut self, address: u64, qpc: &Qpc) -> Result<(), Rejection>;
+    /// Translates byte `offset` of `mtr` through the MTT; None while bus mastering is off.
+    fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>>;
+    /// DMA read (a WQE header during a flush).
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError>;
+    /// Records a diagnostic.
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    );
+    /// Request to the CQ block: whether CQ `cqn` exists and is valid.
+    fn cq_is_valid(&mut self, cqn: u32) -> bool;
+    /// Request to the SRQ block: whether SRQ `srqn` exists.
+    fn srq_is_valid(&mut self, srqn: u32) -> bool;
+    /// Out to the CQ block: a (flush) CQE.
+    fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool);
+    /// Event out: an AEQE.
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32);
+}
+
+/// A QP changed state: what the transport is told (before a move to ERR is flushed).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Transition {
+    /// The state it was in.
+    pub from: QpState,
+    /// The state it is in now.
+    pub to: QpState,
+    /// The QPC as written.
+    pub qpc: Qpc,
+    /// The QPC's bus address.
+    pub address: u64,
+}
+
+/// What an accepted SQ or RQ doorbell asks of the rest of the device.
+#[derive(Debug, Clone)]
+pub(crate) enum DoorbellOutcome {
+    /// Nothing more: the doorbell was dropped, or it needs nothing beyond the QPC.
+    Done,
+    /// The QP is in ERR: flush what was posted ([`QueuePairs::flush`]).
+    Flush {
+        /// The QPC's bus address.
+        address: u64,
+        /// The QPC as written (boxed: doorbells of a QP in ERR are rare, the rest are
+        /// on the data path).
+        qpc: Box<Qpc>,
+    },
+    /// The SQ producer index of a QP in RTS moved (to the requester).
+    SendQueue(u16),
+    /// The RQ producer index moved (to the responder).
+    ReceiveQueue(u16),
+}
+
+/// What the QP block counted since power-on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct QpCounters {
+    /// SQ/RQ doorbells accepted.
+    pub doorbells: u64,
+    /// SQ/RQ doorbells dropped.
+    pub doorbells_dropped: u64,
+}
+
+/// The queue-pair block.
+#[derive(Debug, Clone)]
+pub(crate) struct QueuePairs {
+    counters: QpCounters,
+    /// Capabilities: QPs in the table, PDs, queue depth and SGE limits, the MTU limit.
+    caps: rnic_firmware_if::caps::DeviceCaps,
+}
 
 /// Which work queue of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +113,7 @@ pub(crate) enum WorkQueue {
     Receive,
 }
 
-pub(crate) use crate::firmware::merge_under_mask;
+pub(crate) use crate::command::merge_under_mask;
 
 fn log2_floor(value: u32) -> u32 {
     31 - value.max(1).leading_zeros()
@@ -88,9 +174,22 @@ impl QpBuffer {
     }
 }
 
-impl Device {
+impl QueuePairs {
+    /// The block of a device with `caps`.
+    pub fn new(caps: &rnic_firmware_if::caps::DeviceCaps) -> Self {
+        Self {
+            counters: QpCounters::default(),
+            caps: *caps,
+        }
+    }
+
+    /// What the block counted.
+    pub fn counters(&self) -> QpCounters {
+        self.counters
+    }
+
     fn qp_limit_checks(&mut self, qpn: u32) -> Result<(), Rejection> {
-        let count = self.config.caps.num_qps;
+        let count = self.caps.num_qps;
         if qpn >= count {
             return Err(Rejection::index(qpn as u64, count as u64));
         }
@@ -98,7 +197,9 @@ impl Device {
     }
 
     /// MODIFY_QPC (mailbox 0x41): the only way a QP is created, moved and torn down.
-    pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
+    /// The transition goes to the transport, and a move to ERR is then flushed
+    /// ([`QueuePairs::flush`]).
+    pub fn modify(&mut self, io: &mut impl Io, qpn: u32, context: Qpc, mask: Qpc) -> Result<Transition, Rejection> {
         self.qp_limit_checks(qpn)?;
         if qpn == SMI_QPN {
             // RoCE has no subnet manager and so no QP0 (rdma_rxe drops packets for it).
@@ -109,7 +210,7 @@ impl Device {
                 expected: "a QPN other than 0: RoCE has no SMI QP".into(),
             });
         }
-        let (current, address) = self.read_context::<Qpc>(ContextTable::Qpc, qpn)?;
+        let (current, address) = io.read_qpc(qpn)?;
         let from = current.qp_state().map_err(|_| {
             Rejection::state(
                 "QP_ST",
@@ -132,7 +233,7 @@ impl Device {
             ));
         }
         match to {
-            QpState::Init | QpState::Rtr | QpState::Rts => self.validate_qp_init(qpn, &merged)?,
+            QpState::Init | QpState::Rtr | QpState::Rts => self.validate_qp_init(io, qpn, &merged)?,
             _ => {}
         }
         if matches!(to, QpState::Rtr | QpState::Rts) {
@@ -145,37 +246,42 @@ impl Device {
             merged.set_rq_consumer_index(0);
         }
         tracing::debug!(target: "rnic::qp", qpn, ?from, ?to, "modify");
-        self.write_context(address, &merged)?;
-        // The transport picks up (or drops) its per-QP state; for ERR before the flush, so
-        // the flush also covers the WQEs the requester held.
-        self.transport_qp_modified(qpn, from, to, &merged);
-        if to == QpState::Err {
-            self.flush_qp(qpn, address, merged);
-        }
-        Ok(())
+        io.write_qpc(address, &merged)?;
+        Ok(Transition {
+            from,
+            to,
+            qpc: merged,
+            address,
+        })
     }
 
-    /// Moves QP `qpn` to ERR on the device's own account (a transport error) and flushes
-    /// its outstanding WQEs; the transport has written its consumer indices back first.
-    pub(crate) fn qp_enter_error(&mut self, qpn: u32) {
-        let Ok((mut qpc, address)) = self.read_context::<Qpc>(ContextTable::Qpc, qpn) else {
-            return;
+    /// Moves QP `qpn` to ERR on the device's own account (a transport error; the
+    /// transport has recorded its progress first). None when it was in ERR already or its
+    /// QPC is unreachable; else the transition, which the caller flushes after updating
+    /// its own state.
+    pub fn enter_error(&mut self, io: &mut impl Io, qpn: u32) -> Option<Transition> {
+        let Ok((mut qpc, address)) = io.read_qpc(qpn) else {
+            return None;
         };
         let from = qpc.qp_state().unwrap_or(QpState::Reset);
         if from == QpState::Err {
-            return;
+            return None;
         }
         qpc.set_qp_state(QpState::Err);
-        if self.write_context(address, &qpc).is_err() {
-            return;
+        if io.write_qpc(address, &qpc).is_err() {
+            return None;
         }
         tracing::debug!(target: "rnic::qp", qpn, ?from, "transport error: to ERR");
-        self.transport_qp_modified(qpn, from, QpState::Err, &qpc);
-        self.flush_qp(qpn, address, qpc);
+        Some(Transition {
+            from,
+            to: QpState::Err,
+            qpc,
+            address,
+        })
     }
 
-    fn validate_qp_init(&mut self, qpn: u32, qpc: &Qpc) -> Result<(), Rejection> {
-        let caps = self.config.caps;
+    fn validate_qp_init(&mut self, io: &mut impl Io, qpn: u32, qpc: &Qpc) -> Result<(), Rejection> {
+        let caps = self.caps;
         let service = qpc
             .service_type()
             .map_err(|_| Rejection::parameter("TST", qpc.service_type_raw() as u64, "0 (RC), 1 (UC) or 3 (UD)"))?;
@@ -218,7 +324,7 @@ impl Device {
             ));
         }
         for (field, cqn) in [("TX_CQN", qpc.send_cq_number()), ("RX_CQN", qpc.receive_cq_number())] {
-            if !self.cq_is_valid(cqn) {
+            if !io.cq_is_valid(cqn) {
                 return Err(Rejection::parameter(
                     field,
                     cqn as u64,
@@ -226,7 +332,7 @@ impl Device {
                 ));
             }
         }
-        if qpc.srq_enable() && !self.srq_is_valid(qpc.srq_number()) {
+        if qpc.srq_enable() && !io.srq_is_valid(qpc.srq_number()) {
             return Err(Rejection::parameter(
                 "SRQN",
                 qpc.srq_number() as u64,
@@ -244,7 +350,7 @@ impl Device {
     }
 
     fn validate_qp_path(&mut self, qpc: &Qpc) -> Result<(), Rejection> {
-        let max_mtu = self.config.caps.max_mtu;
+        let max_mtu = self.caps.max_mtu;
         let service = qpc.service_type().ok();
         if service != Some(ServiceType::Ud) {
             let mtu = qpc
@@ -267,29 +373,27 @@ impl Device {
     }
 
     /// QUERY_QPC (mailbox 0x42).
-    pub(crate) fn query_qp(&mut self, qpn: u32) -> Result<Qpc, Rejection> {
+    pub fn query(&mut self, io: &mut impl Io, qpn: u32) -> Result<Qpc, Rejection> {
         self.qp_limit_checks(qpn)?;
-        Ok(self.read_context::<Qpc>(ContextTable::Qpc, qpn)?.0)
+        Ok(io.read_qpc(qpn)?.0)
     }
 
     /// An SQ (cmd 0) or RQ (cmd 1) doorbell: the new producer index.
-    pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
-        let found = self
-            .qp_limit_checks(qpn)
-            .and_then(|()| self.read_context::<Qpc>(ContextTable::Qpc, qpn));
+    pub fn doorbell(&mut self, io: &mut impl Io, qpn: u32, queue: WorkQueue, producer_index: u16) -> DoorbellOutcome {
+        let found = self.qp_limit_checks(qpn).and_then(|()| io.read_qpc(qpn));
         let (mut qpc, address) = match found {
             Ok(found) => found,
             Err(rejection) => {
                 self.counters.doorbells_dropped += 1;
-                self.diagnose(
+                io.diagnose(
                     Source::Doorbell,
                     format!("QP {qpn:#x}"),
                     "TAG",
                     qpn as u64,
                     format!("an existing QP ({})", rejection.expected),
                 );
-                self.post_async_event(AsyncEventType::WqCatasError, 1, qpn);
-                return;
+                io.async_event(AsyncEventType::WqCatasError, 1, qpn);
+                return DoorbellOutcome::Done;
             }
         };
         let state = qpc.qp_state().unwrap_or(QpState::Reset);
@@ -299,7 +403,7 @@ impl Device {
         };
         if !allowed {
             self.counters.doorbells_dropped += 1;
-            self.diagnose(
+            io.diagnose(
                 Source::Doorbell,
                 format!("QP {qpn:#x}"),
                 "QP_ST",
@@ -309,18 +413,18 @@ impl Device {
                     WorkQueue::Receive => "an RQ doorbell only in INIT, RTR, RTS (or ERR, to flush)",
                 },
             );
-            return;
+            return DoorbellOutcome::Done;
         }
         if queue == WorkQueue::Receive && qpc.srq_enable() {
             self.counters.doorbells_dropped += 1;
-            self.diagnose(
+            io.diagnose(
                 Source::Doorbell,
                 format!("QP {qpn:#x}"),
                 "SRQ_EN",
                 1,
                 "receive WQEs posted to the QP's SRQ, not its RQ",
             );
-            return;
+            return DoorbellOutcome::Done;
         }
         let (depth, consumer) = match queue {
             WorkQueue::Send => (1u32 << qpc.sq_shift().min(16), qpc.sq_consumer_index()),
@@ -329,15 +433,15 @@ impl Device {
         let outstanding = producer_index.wrapping_sub(consumer) as u32;
         if outstanding > depth {
             self.counters.doorbells_dropped += 1;
-            self.diagnose(
+            io.diagnose(
                 Source::Doorbell,
                 format!("QP {qpn:#x}"),
                 "PI",
                 producer_index as u64,
                 format!("at most {depth} WQEs past the consumer index {consumer}"),
             );
-            self.post_async_event(AsyncEventType::WqCatasError, 4, qpn);
-            return;
+            io.async_event(AsyncEventType::WqCatasError, 4, qpn);
+            return DoorbellOutcome::Done;
         }
         match queue {
             WorkQueue::Send => qpc.set_sq_producer_index(producer_index),
@@ -346,41 +450,44 @@ impl Device {
         self.counters.doorbells += 1;
         // Through the context cache: a write of the producer index's bytes alone would
         // bypass it, and the cached copy would later write the old index back.
-        if self.write_context(address, &qpc).is_err() {
-            return;
+        if io.write_qpc(address, &qpc).is_err() {
+            return DoorbellOutcome::Done;
         }
         match (state, queue) {
-            (QpState::Err, _) => self.flush_qp(qpn, address, qpc),
-            (QpState::Rts, WorkQueue::Send) => self.transport_sq_doorbell(qpn, producer_index),
-            (_, WorkQueue::Receive) => self.transport_rq_doorbell(qpn, producer_index),
-            _ => {}
+            (QpState::Err, _) => DoorbellOutcome::Flush {
+                address,
+                qpc: Box::new(qpc),
+            },
+            (QpState::Rts, WorkQueue::Send) => DoorbellOutcome::SendQueue(producer_index),
+            (_, WorkQueue::Receive) => DoorbellOutcome::ReceiveQueue(producer_index),
+            _ => DoorbellOutcome::Done,
         }
     }
 
     /// Completes every outstanding WQE of a QP in ERR with WR_FLUSH_ERR.
-    fn flush_qp(&mut self, qpn: u32, address: u64, mut qpc: Qpc) {
+    pub fn flush(&mut self, io: &mut impl Io, qpn: u32, address: u64, mut qpc: Qpc) {
         let Ok(buffer) = QpBuffer::from_context(&qpc) else {
             // A QP moved to ERR before RTR has no WQE buffer; nothing can be outstanding.
             qpc.set_sq_consumer_index(qpc.sq_producer_index());
             qpc.set_rq_consumer_index(qpc.rq_producer_index());
-            let _ = self.write_context(address, &qpc);
+            let _ = io.write_qpc(address, &qpc);
             return;
         };
         let sq_pending = qpc.sq_producer_index().wrapping_sub(qpc.sq_consumer_index()) as u32;
         for step in 0..sq_pending.min(buffer.sq_depth) {
             let index = qpc.sq_consumer_index().wrapping_add(step as u16);
-            let opcode = self.read_sq_wqe_opcode(&buffer, index as u32).unwrap_or(0);
+            let opcode = Self::read_sq_wqe_opcode(io, &buffer, index as u32).unwrap_or(0);
             let mut cqe = Cqe::zeroed();
             cqe.set_opcode(opcode);
             cqe.set_receive_side(false);
             cqe.set_status(CqeStatus::WrFlushErr as u8);
             cqe.set_wqe_index(index);
             cqe.set_local_qp_number(qpn);
-            let _ = self.post_cqe(qpc.send_cq_number(), cqe, false);
+            io.post_cqe(qpc.send_cq_number(), cqe, false);
         }
         qpc.set_sq_consumer_index(qpc.sq_producer_index());
         if qpc.srq_enable() {
-            self.post_async_event(AsyncEventType::SrqLastWqeReach, 0, qpn);
+            io.async_event(AsyncEventType::SrqLastWqeReach, 0, qpn);
         } else {
             let rq_pending = qpc.rq_producer_index().wrapping_sub(qpc.rq_consumer_index()) as u32;
             for step in 0..rq_pending.min(buffer.rq_depth) {
@@ -391,17 +498,17 @@ impl Device {
                 cqe.set_status(CqeStatus::WrFlushErr as u8);
                 cqe.set_wqe_index(index);
                 cqe.set_local_qp_number(qpn);
-                let _ = self.post_cqe(qpc.receive_cq_number(), cqe, false);
+                io.post_cqe(qpc.receive_cq_number(), cqe, false);
             }
             qpc.set_rq_consumer_index(qpc.rq_producer_index());
         }
-        let _ = self.write_context(address, &qpc);
+        let _ = io.write_qpc(address, &qpc);
     }
 
-    fn read_sq_wqe_opcode(&mut self, buffer: &QpBuffer, index: u32) -> Option<u8> {
-        let bus = self.translate(&buffer.mtr, buffer.sq_wqe_offset(index))?.ok()?;
+    fn read_sq_wqe_opcode(io: &mut impl Io, buffer: &QpBuffer, index: u32) -> Option<u8> {
+        let bus = io.translate(&buffer.mtr, buffer.sq_wqe_offset(index))?.ok()?;
         let mut header = [0u8; 4];
-        self.dma_read(bus, &mut header).ok()?;
+        io.dma_read(bus, &mut header).ok()?;
         Some(header[0] & 0x1F)
     }
 }

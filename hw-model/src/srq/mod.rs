@@ -1,16 +1,60 @@
-//! Shared receive queues: CREATE_SRQ / MODIFY_SRQC / QUERY_SRQC / DESTROY_SRQ and the SRQ
-//! doorbell. The SRQC lives in host memory (the SRQC table).
+//! Shared receive queues: CREATE_SRQ / MODIFY_SRQC / QUERY_SRQC / DESTROY_SRQ, the SRQ
+//! doorbell, and the receive WQEs the responder takes. The SRQC lives in host memory (the
+//! SRQC table).
+//!
+//! The block ([`SharedReceiveQueues`]) owns its counters and the limits from the
+//! capabilities. It accepts the SRQ mailbox commands, the SRQ doorbell and the
+//! responder's requests for a WQE; it produces AEQEs (SRQ errors, the limit event) for
+//! the event block. The rest it reaches through its [`Io`].
 
 use rnic_firmware_if::context::Srqc;
 use rnic_firmware_if::event::AsyncEventType;
-use rnic_firmware_if::mailbox::ContextTable;
 use rnic_firmware_if::mtr::page_shift_from_field;
 
-use crate::device::Device;
+use crate::command::{merge_modifiable, Rejection};
 use crate::diagnostics::Source;
-use crate::firmware::merge_modifiable;
-use crate::firmware::Rejection;
-use crate::mtt::Mtr;
+use crate::memory::MemoryError;
+use crate::mtt::{DmaFault, Mtr};
+
+/// What the SRQ block needs from the rest of the device.
+pub(crate) trait Io {
+    /// SRQ `srqn`'s context and its bus address, from the SRQC table of the context block.
+    fn read_srqc(&mut self, srqn: u32) -> Result<(Srqc, u64), Rejection>;
+    /// Writes the SRQC at `address` back.
+    fn write_srqc(&mut self, address: u64, srqc: &Srqc) -> Result<(), Rejection>;
+    /// DMA read (the record doorbell).
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError>;
+    /// Reads bytes at `offset` of the buffer `mtr` describes (the index queue).
+    fn read_buffer(&mut self, mtr: &Mtr, offset: u64, buffer: &mut [u8]) -> Result<(), DmaFault>;
+    /// Records a diagnostic.
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    );
+    /// Event out: an AEQE.
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32);
+}
+
+/// What the SRQ block counted since power-on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SrqCounters {
+    /// SRQ doorbells accepted.
+    pub doorbells: u64,
+    /// SRQ doorbells dropped.
+    pub doorbells_dropped: u64,
+}
+
+/// The shared-receive-queue block.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedReceiveQueues {
+    counters: SrqCounters,
+    /// Capabilities: SRQs in the table, their depth and SGE limits, PDs.
+    caps: rnic_firmware_if::caps::DeviceCaps,
+}
 
 /// SRQ_ST value of a valid SRQ.
 const SRQ_VALID: u8 = 1;
@@ -30,9 +74,22 @@ pub(crate) struct SrqWqe {
     pub pd: u32,
 }
 
-impl Device {
+impl SharedReceiveQueues {
+    /// The block of a device with `caps`.
+    pub fn new(caps: &rnic_firmware_if::caps::DeviceCaps) -> Self {
+        Self {
+            counters: SrqCounters::default(),
+            caps: *caps,
+        }
+    }
+
+    /// What the block counted.
+    pub fn counters(&self) -> SrqCounters {
+        self.counters
+    }
+
     fn srq_index_check(&self, srqn: u32) -> Result<(), Rejection> {
-        let count = self.config.caps.num_srqs;
+        let count = self.caps.num_srqs;
         if srqn >= count {
             return Err(Rejection::index(srqn as u64, count as u64));
         }
@@ -40,15 +97,15 @@ impl Device {
     }
 
     /// Whether `srqn` names a created SRQ.
-    pub(crate) fn srq_is_valid(&mut self, srqn: u32) -> bool {
+    pub fn is_valid(&mut self, io: &mut impl Io, srqn: u32) -> bool {
         self.srq_index_check(srqn).is_ok()
-            && self
-                .read_context::<Srqc>(ContextTable::Srqc, srqn)
+            && io
+                .read_srqc(srqn)
                 .is_ok_and(|(srqc, _)| srqc.srq_state_raw() == SRQ_VALID)
     }
 
     /// The WQE-buffer and index-queue translations of an SRQ.
-    pub(crate) fn srq_buffers(srqc: &Srqc) -> Result<(Mtr, Mtr), Rejection> {
+    fn srq_buffers(srqc: &Srqc) -> Result<(Mtr, Mtr), Rejection> {
         let depth = 1u64 << srqc.shift();
         let wqe_bytes = depth * (16u64 << srqc.max_sge_shift());
         let wqe_page = page_shift_from_field(srqc.wqe_buffer_page_size());
@@ -88,9 +145,9 @@ impl Device {
     }
 
     /// CREATE_SRQ (mailbox 0x70).
-    pub(crate) fn create_srq(&mut self, srqn: u32, mut srqc: Srqc) -> Result<(), Rejection> {
+    pub fn create(&mut self, io: &mut impl Io, srqn: u32, mut srqc: Srqc) -> Result<(), Rejection> {
         self.srq_index_check(srqn)?;
-        let (current, address) = self.read_context::<Srqc>(ContextTable::Srqc, srqn)?;
+        let (current, address) = io.read_srqc(srqn)?;
         if current.srq_state_raw() == SRQ_VALID {
             return Err(Rejection::state(
                 "SRQ_ST",
@@ -101,7 +158,7 @@ impl Device {
         if srqc.srq_state_raw() != SRQ_VALID {
             return Err(Rejection::parameter("SRQ_ST", srqc.srq_state_raw() as u64, "1 (valid)"));
         }
-        let caps = self.config.caps;
+        let caps = self.caps;
         if srqc.xrc() {
             return Err(Rejection::parameter(
                 "SRQ_TYPE",
@@ -141,13 +198,13 @@ impl Device {
         Self::srq_buffers(&srqc)?;
         srqc.set_producer_index(0);
         srqc.set_consumer_index(0);
-        self.write_context(address, &srqc)
+        io.write_srqc(address, &srqc)
     }
 
     /// MODIFY_SRQC (mailbox 0x72): only the limit (LIMIT_WL) may change.
-    pub(crate) fn modify_srq(&mut self, srqn: u32, context: Srqc, mask: Srqc) -> Result<(), Rejection> {
+    pub fn modify(&mut self, io: &mut impl Io, srqn: u32, context: Srqc, mask: Srqc) -> Result<(), Rejection> {
         self.srq_index_check(srqn)?;
-        let (current, address) = self.read_context::<Srqc>(ContextTable::Srqc, srqn)?;
+        let (current, address) = io.read_srqc(srqn)?;
         if current.srq_state_raw() != SRQ_VALID {
             return Err(Rejection::state(
                 "SRQ_ST",
@@ -163,19 +220,19 @@ impl Device {
             "MODIFY_SRQC (an SRQ cannot be resized)",
         )?;
         Self::validate_srq_limit(&merged)?;
-        self.write_context(address, &merged)
+        io.write_srqc(address, &merged)
     }
 
     /// QUERY_SRQC (mailbox 0x73).
-    pub(crate) fn query_srq(&mut self, srqn: u32) -> Result<Srqc, Rejection> {
+    pub fn query(&mut self, io: &mut impl Io, srqn: u32) -> Result<Srqc, Rejection> {
         self.srq_index_check(srqn)?;
-        Ok(self.read_context::<Srqc>(ContextTable::Srqc, srqn)?.0)
+        Ok(io.read_srqc(srqn)?.0)
     }
 
     /// DESTROY_SRQ (mailbox 0x74).
-    pub(crate) fn destroy_srq(&mut self, srqn: u32) -> Result<(), Rejection> {
+    pub fn destroy(&mut self, io: &mut impl Io, srqn: u32) -> Result<(), Rejection> {
         self.srq_index_check(srqn)?;
-        let (mut current, address) = self.read_context::<Srqc>(ContextTable::Srqc, srqn)?;
+        let (mut current, address) = io.read_srqc(srqn)?;
         if current.srq_state_raw() != SRQ_VALID {
             return Err(Rejection::state(
                 "SRQ_ST",
@@ -184,44 +241,42 @@ impl Device {
             ));
         }
         current.set_srq_state_raw(0);
-        self.write_context(address, &current)
+        io.write_srqc(address, &current)
     }
 
     /// SRQ doorbell (cmd 2): the new index-queue producer index.
-    pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
-        let found = self
-            .srq_index_check(srqn)
-            .and_then(|()| self.read_context::<Srqc>(ContextTable::Srqc, srqn));
+    pub fn doorbell(&mut self, io: &mut impl Io, srqn: u32, producer_index: u16) {
+        let found = self.srq_index_check(srqn).and_then(|()| io.read_srqc(srqn));
         match found {
             Ok((mut srqc, address)) if srqc.srq_state_raw() == SRQ_VALID => {
                 let depth = 1u32 << srqc.shift();
                 let outstanding = producer_index.wrapping_sub(srqc.consumer_index()) as u32;
                 if outstanding > depth {
                     self.counters.doorbells_dropped += 1;
-                    self.diagnose(
+                    io.diagnose(
                         Source::Doorbell,
                         format!("SRQ {srqn:#x}"),
                         "PI",
                         producer_index as u64,
                         format!("at most {depth} WQEs past the consumer index {}", srqc.consumer_index()),
                     );
-                    self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+                    io.async_event(AsyncEventType::SrqCatasError, 0, srqn);
                     return;
                 }
                 srqc.set_producer_index(producer_index);
                 self.counters.doorbells += 1;
-                let _ = self.write_context(address, &srqc);
+                let _ = io.write_srqc(address, &srqc);
             }
             _ => {
                 self.counters.doorbells_dropped += 1;
-                self.diagnose(
+                io.diagnose(
                     Source::Doorbell,
                     format!("SRQ {srqn:#x}"),
                     "TAG",
                     srqn as u64,
                     "an existing SRQ",
                 );
-                self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+                io.async_event(AsyncEventType::SrqCatasError, 0, srqn);
             }
         }
     }
@@ -232,37 +287,34 @@ impl Device {
     /// than `LIMIT_WL` WQEs remain posted raises SRQ_LIMIT_REACH and disarms the limit
     /// (LIMIT_WL = 0, as hns and IB do). None when the SRQ is empty or broken (the
     /// latter diagnosed and reported with SRQ_CATAS_ERROR).
-    pub(crate) fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
+    pub fn take_wqe(&mut self, io: &mut impl Io, srqn: u32) -> Option<SrqWqe> {
         let object = || format!("SRQ {srqn:#x}");
-        let (mut srqc, address) = match self
-            .srq_index_check(srqn)
-            .and_then(|()| self.read_context::<Srqc>(ContextTable::Srqc, srqn))
-        {
+        let (mut srqc, address) = match self.srq_index_check(srqn).and_then(|()| io.read_srqc(srqn)) {
             Ok((srqc, address)) if srqc.srq_state_raw() == SRQ_VALID => (srqc, address),
             _ => {
-                self.diagnose(
+                io.diagnose(
                     Source::Transport,
                     object(),
                     "SRQN",
                     srqn as u64,
                     "a created SRQ for the QP",
                 );
-                self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+                io.async_event(AsyncEventType::SrqCatasError, 0, srqn);
                 return None;
             }
         };
         let depth = 1u32 << srqc.shift();
         let producer = if srqc.record_enable() {
             let mut record = [0u8; 4];
-            if let Err(error) = self.dma_read(srqc.record_address(), &mut record) {
-                self.diagnose(
+            if let Err(error) = io.dma_read(srqc.record_address(), &mut record) {
+                io.diagnose(
                     Source::Transport,
                     object(),
                     "DB_RECORD_ADDR",
                     srqc.record_address(),
                     format!("a readable SRQ record doorbell: {error}"),
                 );
-                self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+                io.async_event(AsyncEventType::SrqCatasError, 0, srqn);
                 return None;
             }
             u32::from_le_bytes(record) as u16
@@ -275,44 +327,45 @@ impl Device {
             return None;
         }
         if posted > depth {
-            self.diagnose(
+            io.diagnose(
                 Source::Transport,
                 object(),
                 "PRODUCER_IDX",
                 producer as u64,
                 format!("at most {depth} WQEs past the consumer index {consumer}"),
             );
-            self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+            io.async_event(AsyncEventType::SrqCatasError, 0, srqn);
             return None;
         }
         let buffers = Self::srq_buffers(&srqc);
         let Ok((wqe_mtr, index_mtr)) = buffers else {
-            self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+            io.async_event(AsyncEventType::SrqCatasError, 0, srqn);
             return None;
         };
         let mut entry = [0u8; 4];
         let index_offset = (consumer as u64 & (depth as u64 - 1)) * 4;
-        if let Err(error) = self.read_buffer(&index_mtr, index_offset, &mut entry) {
-            self.diagnose(
+        if let Err(error) = io.read_buffer(&index_mtr, index_offset, &mut entry) {
+            io.diagnose(
                 Source::Transport,
                 object(),
                 "IDX_BT_BA",
                 index_offset,
-                format!("a readable index queue: {error}"),
+                // The words a transfer error of the engines has (DMA: …).
+                format!("a readable index queue: DMA: {error}"),
             );
-            self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+            io.async_event(AsyncEventType::SrqCatasError, 0, srqn);
             return None;
         }
         let slot = u32::from_le_bytes(entry);
         if slot >= depth {
-            self.diagnose(
+            io.diagnose(
                 Source::Transport,
                 object(),
                 "index queue entry",
                 slot as u64,
                 format!("a WQE slot below the depth {depth}"),
             );
-            self.post_async_event(AsyncEventType::SrqCatasError, 0, srqn);
+            io.async_event(AsyncEventType::SrqCatasError, 0, srqn);
             return None;
         }
         let consumer = consumer.wrapping_add(1);
@@ -323,9 +376,9 @@ impl Device {
         if limit_reached {
             srqc.set_limit_watermark(0);
         }
-        let _ = self.write_context(address, &srqc);
+        let _ = io.write_srqc(address, &srqc);
         if limit_reached {
-            self.post_async_event(AsyncEventType::SrqLimitReach, 0, srqn);
+            io.async_event(AsyncEventType::SrqLimitReach, 0, srqn);
         }
         let shift = srqc.max_sge_shift() as u32;
         Some(SrqWqe {

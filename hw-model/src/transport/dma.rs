@@ -6,15 +6,13 @@
 //! then through the region's MTT with [`mtt::try_translate_range`], so a transfer touches
 //! exactly the granted window or nothing of the failing piece.
 
-use std::sync::Arc;
-
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::wqe::{Sge, SGE_SIZE};
 
 use crate::device::Device;
-use crate::memory::{HostMemory, MemoryError};
+use crate::memory::MemoryError;
 use crate::mpt::{MrAccess, MrAccessError, MrTranslation};
-use crate::mtt::{self, Mtr, MttError};
+use crate::mtt::{self, DmaFault, Mtr, MttError};
 
 /// Why data could not be moved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,18 +28,24 @@ pub(crate) enum TransferError {
     List(String),
     /// A DMA access to the data failed.
     #[error("DMA: {0}")]
-    Dma(String),
+    Dma(DmaFault),
+}
+
+impl From<DmaFault> for TransferError {
+    fn from(fault: DmaFault) -> Self {
+        TransferError::Dma(fault)
+    }
 }
 
 impl From<MttError> for TransferError {
     fn from(error: MttError) -> Self {
-        TransferError::Dma(error.to_string())
+        TransferError::Dma(DmaFault::Translation(error))
     }
 }
 
 impl From<MemoryError> for TransferError {
     fn from(error: MemoryError) -> Self {
-        TransferError::Dma(error.to_string())
+        TransferError::Dma(DmaFault::Memory(error))
     }
 }
 
@@ -108,15 +112,6 @@ pub(crate) enum InlineData {
 }
 
 impl Device {
-    /// Host memory for DMA, or an error when bus mastering is off. The `Arc` clone lets a
-    /// translation walk borrow the memory while the device records the accesses.
-    fn dma_host(&self) -> Result<Arc<dyn HostMemory>, TransferError> {
-        if self.dma_memory().is_none() {
-            return Err(TransferError::Dma("bus mastering is disabled".into()));
-        }
-        Ok(self.memory.clone())
-    }
-
     /// Reads `buffer.len()` bytes at byte `offset` of the buffer `mtr` describes.
     pub(crate) fn read_buffer(&mut self, mtr: &Mtr, offset: u64, buffer: &mut [u8]) -> Result<(), TransferError> {
         self.read_buffer_from(mtr, offset, None, buffer)
@@ -131,9 +126,14 @@ impl Device {
         first_bus: Option<u64>,
         buffer: &mut [u8],
     ) -> Result<(), TransferError> {
-        self.for_each_bus_piece(mtr, offset, first_bus, buffer.len(), |device, bus, range| {
-            Ok(device.dma_read(bus, &mut buffer[range])?)
-        })
+        Ok(mtt::read_buffer(
+            &mut self.translations,
+            &mut self.bus,
+            mtr,
+            offset,
+            first_bus,
+            buffer,
+        )?)
     }
 
     /// Writes `data` at byte `offset` of the buffer `mtr` describes, starting from bus
@@ -145,42 +145,14 @@ impl Device {
         first_bus: Option<u64>,
         data: &[u8],
     ) -> Result<(), TransferError> {
-        self.for_each_bus_piece(mtr, offset, first_bus, data.len(), |device, bus, range| {
-            Ok(device.dma_write(bus, &data[range])?)
-        })
-    }
-
-    /// Translates `length` bytes at `offset` of the buffer `mtr` describes (through the
-    /// translation cache) and calls `access` with each piece's bus address and its range
-    /// within the transfer.
-    fn for_each_bus_piece(
-        &mut self,
-        mtr: &Mtr,
-        offset: u64,
-        first_bus: Option<u64>,
-        length: usize,
-        mut access: impl FnMut(&mut Self, u64, std::ops::Range<usize>) -> Result<(), TransferError>,
-    ) -> Result<(), TransferError> {
-        let memory = self.dma_host()?;
-        let mut position = 0usize;
-        // Taken out for the walk, which borrows the device for the accesses.
-        let mut translations = std::mem::take(&mut self.translations);
-        let result = mtt::try_translate_range_cached(
-            &*memory,
-            &mut translations,
+        Ok(mtt::write_buffer(
+            &mut self.translations,
+            &mut self.bus,
             mtr,
             offset,
             first_bus,
-            length as u64,
-            |bus, chunk| {
-                let end = position + chunk as usize;
-                access(self, bus, position..end)?;
-                position = end;
-                Ok::<(), TransferError>(())
-            },
-        );
-        self.translations = translations;
-        result
+            data,
+        )?)
     }
 
     /// Timing of a payload access through `region`: one MTT translation-cache lookup per

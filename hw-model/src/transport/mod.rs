@@ -46,11 +46,10 @@ use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{QpState, Qpc, ServiceType};
 use rnic_firmware_if::cqe::{Cqe, CqeStatus, RecvOpcode};
 use rnic_firmware_if::event::AsyncEventType;
-use rnic_firmware_if::mailbox::ContextTable;
 
 use crate::device::{Device, Event};
 use crate::diagnostics::Source;
-use crate::fast_hash::FastHashMap;
+use crate::hem::{QpcProgress, SqProgress};
 use crate::time::Picoseconds;
 use crate::timing::{FrameCharges, Stage};
 use crate::wire;
@@ -132,26 +131,6 @@ pub struct TransportCounters {
     pub responses_dropped: u64,
 }
 
-/// The SQ half of a QP's recorded progress (only while it sends, in RTS).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SqProgress {
-    consumer: u16,
-    next_psn: u32,
-    una_psn: u32,
-    retry_left: u8,
-    rnr_left: u8,
-}
-
-/// A QP's progress as [`Device::sync_qpc`] recorded it, not yet in its QPC.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct QpcProgress {
-    sending: Option<SqProgress>,
-    epsn: u32,
-    msn: u32,
-    psn_error: bool,
-    rq_consumer: u16,
-}
-
 /// The transport's device-wide state.
 #[derive(Debug, Clone)]
 pub(crate) struct Transport {
@@ -182,8 +161,6 @@ pub(crate) struct Transport {
     pub ipv4_identification: u16,
     /// Source of timer generations (never reused, so a stale timer is always ignored).
     pub generation: u64,
-    /// Progress recorded for QPCs and not yet written into them, by QPN.
-    pub qpc_progress: FastHashMap<u32, QpcProgress>,
     pub counters: TransportCounters,
 }
 
@@ -210,7 +187,6 @@ impl Transport {
             pool: Vec::with_capacity(64),
             ipv4_identification: 0,
             generation: 0,
-            qpc_progress: FastHashMap::default(),
             counters: TransportCounters::default(),
         }
     }
@@ -835,54 +811,13 @@ impl Device {
             rnr_left: requester.rnr_left,
         });
         let progress = QpcProgress {
-            // A QP that stopped sending keeps the SQ fields it last recorded.
-            sending: sending.or_else(|| {
-                self.transport
-                    .qpc_progress
-                    .get(&qpn)
-                    .and_then(|earlier| earlier.sending)
-            }),
+            sending,
             epsn: responder.epsn,
             msn: responder.msn,
             psn_error: responder.psn_error_sent,
             rq_consumer: responder.rq_consumer,
         };
-        self.transport.qpc_progress.insert(qpn, progress);
-    }
-
-    /// Writes QP `qpn`'s recorded progress (if any) into its QPC.
-    pub(crate) fn apply_qpc_progress(&mut self, qpn: u32) {
-        let Some(progress) = self.transport.qpc_progress.remove(&qpn) else {
-            return;
-        };
-        let Ok((mut qpc, address)) = self.read_context::<Qpc>(ContextTable::Qpc, qpn) else {
-            return;
-        };
-        if let Some(sq) = progress.sending {
-            qpc.set_sq_consumer_index(sq.consumer);
-            qpc.set_sq_current_psn(sq.next_psn);
-            qpc.set_sq_max_psn(sq.next_psn);
-            qpc.set_rx_ack_expected_psn(sq.una_psn);
-            qpc.set_retry_count(sq.retry_left);
-            qpc.set_rnr_retry_count(sq.rnr_left);
-        }
-        qpc.set_rx_request_expected_psn(progress.epsn);
-        qpc.set_rx_request_msn(progress.msn);
-        qpc.set_rx_request_psn_error(progress.psn_error);
-        qpc.set_rq_consumer_index(progress.rq_consumer);
-        let _ = self.write_context(address, &qpc);
-    }
-
-    /// Writes every QP's recorded progress into its QPC, in QPN order.
-    pub(crate) fn apply_all_qpc_progress(&mut self) {
-        if self.transport.qpc_progress.is_empty() {
-            return;
-        }
-        let mut qpns: Vec<u32> = self.transport.qpc_progress.keys().copied().collect();
-        qpns.sort_unstable();
-        for qpn in qpns {
-            self.apply_qpc_progress(qpn);
-        }
+        self.contexts.record_progress(qpn, progress);
     }
 
     /// The requester cannot go on: WQEs before `failed` in the window complete with

@@ -13,10 +13,8 @@
 //! message, Q_Key checked, the IP header delivered as the 40-byte GRH.
 
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::context::{Mpt, MptState};
 use rnic_firmware_if::cqe::{Cqe, CqeStatus, RecvOpcode};
 use rnic_firmware_if::event::{AsyncEventType, LocalAccessSubtype};
-use rnic_firmware_if::mailbox::ContextTable;
 
 use crate::device::Device;
 use crate::diagnostics::Source;
@@ -808,35 +806,6 @@ impl Device {
             }
         }
         let _ = self.post_cqe(recv_cq, cqe, solicited);
-    }
-
-    /// SEND with invalidate: the region of `rkey` (in PD `pd`, no windows bound) becomes
-    /// FREE, so the key stops working.
-    fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
-        let mask = self.config.caps.num_mtpts.next_power_of_two() - 1;
-        let index = rnic_firmware_if::context::mpt::key_to_index(rkey) & mask;
-        let (mut mpt, address) = self
-            .read_context::<Mpt>(ContextTable::Mpt, index)
-            .map_err(|r| r.expected)?;
-        if mpt.mpt_state() != Ok(MptState::Valid) {
-            return Err(format!("MPT {index:#x} is not valid"));
-        }
-        if mpt.lkey() != rkey {
-            return Err(format!("MPT {index:#x} has key {:#x}", mpt.lkey()));
-        }
-        if mpt.protection_domain() != pd {
-            return Err(format!(
-                "MPT {index:#x} is in PD {}, the QP in PD {pd}",
-                mpt.protection_domain()
-            ));
-        }
-        if mpt.mw_count() != 0 {
-            return Err(format!("MPT {index:#x} has memory windows bound"));
-        }
-        mpt.set_mpt_state_raw(u8::from(MptState::Free));
-        // The MPT cache must not keep the key working.
-        self.mpt_cache.remove(&index);
-        self.write_context(address, &mpt).map_err(|r| r.expected)
     }
 
     // ---- UD ------------------------------------------------------------------------

@@ -809,7 +809,7 @@ impl Host {
             lid,
             lsp: 0,
             rae: false,
-            dwords,
+            dwords: u64::from(dwords),
             offset: at,
             nsid,
         };

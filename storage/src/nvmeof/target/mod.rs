@@ -780,7 +780,7 @@ impl Target {
         match *command {
             Command::Identify { .. } => Ok(IDENTIFY_LEN as u32),
             Command::GetLogPage { dwords, .. } => {
-                let bytes = u64::from(dwords) * 4;
+                let bytes = dwords * 4;
                 if bytes > u64::from(max_transfer) {
                     return Err(Status::INVALID_FIELD);
                 }

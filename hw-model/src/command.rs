@@ -1,6 +1,9 @@
-//! Why an object engine refused a mailbox command: the status the driver sees and the
-//! diagnostic it can read.
+//! What an object block answers to a mailbox command: a [`Rejection`] (the status the
+//! driver sees and the diagnostic it can read) and the hns mask rule of MODIFY commands
+//! ([`merge_under_mask`], [`merge_modifiable`]). Every object block (QP, CQ, SRQ, MPT, EQ)
+//! and the context tables use these; the firmware reports them.
 
+use rnic_firmware_if::bits::{Field, Layout};
 use rnic_firmware_if::mailbox::MailboxCompletion;
 
 /// A refused mailbox command: the completion status plus what was wrong.
@@ -66,4 +69,48 @@ impl Rejection {
             expected: format!("a context table entry ({error})"),
         }
     }
+}
+
+/// Applies a MODIFY mailbox's context ‖ mask to `current` (the hns rule: a mask bit of 1
+/// keeps the current bit, 0 takes the new one).
+pub(crate) fn merge_under_mask<L: Layout>(current: &L, new: &L, mask: &L) -> L {
+    let mut merged = L::zeroed();
+    for (((out, cur), new), mask) in merged
+        .bytes_mut()
+        .iter_mut()
+        .zip(current.bytes())
+        .zip(new.bytes())
+        .zip(mask.bytes())
+    {
+        *out = (cur & mask) | (new & !mask);
+    }
+    merged
+}
+
+/// [`merge_under_mask`], refusing a change to any field outside `modifiable`; `command`
+/// names the mailbox command in the diagnostic.
+pub(crate) fn merge_modifiable<L: Layout>(
+    current: &L,
+    new: &L,
+    mask: &L,
+    modifiable: &[Field],
+    command: &str,
+) -> Result<L, Rejection> {
+    let merged = merge_under_mask(current, new, mask);
+    let is_modifiable = |field: &Field| modifiable.iter().any(|m| m.name == field.name);
+    for field in L::FIELDS.iter().filter(|f| !is_modifiable(f)) {
+        let (old, new) = (field.get(current.bytes()), field.get(merged.bytes()));
+        if old != new {
+            let names: Vec<&str> = modifiable.iter().map(|f| f.name).collect();
+            return Err(Rejection::parameter(
+                field.name,
+                new,
+                format!(
+                    "the current value {old:#x}: {command} changes only {}",
+                    names.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(merged)
 }
