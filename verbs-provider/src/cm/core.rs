@@ -1326,7 +1326,16 @@ impl Core {
     pub fn disconnect(&mut self, key: IdKey, now: u64) -> Result<()> {
         let device = self.entry(key)?.device.ok_or_else(|| self.invalid(key, "disconnect"))?;
         let Some(connection) = self.connection(key) else {
-            return Err(self.invalid(key, "disconnect"));
+            // Linux (cma.c rdma_disconnect): an id that has had an IB CM id (a UD id after
+            // SIDR, one rejected or unreachable) has its QP moved to ERR and gets 0; one
+            // that never tried to connect gets EINVAL.
+            return match self.entry(key)?.state {
+                IdState::SidrQuery(_) | IdState::SidrRequest(_) | IdState::UdReady | IdState::Closed => {
+                    self.qp_to_error(key);
+                    Ok(())
+                }
+                _ => Err(self.invalid(key, "disconnect")),
+            };
         };
         let (tid, local, remote, peer, remote_qpn) = (
             connection.transaction_id,
@@ -1381,7 +1390,10 @@ impl Core {
                 );
                 self.enter_timewait(key, now);
             }
-            _ => return Err(self.invalid(key, "disconnect")),
+            // Already disconnecting, in TimeWait, or not yet established: Linux moves the
+            // QP to ERR, its DREQ and DREP both fail in that state, and the call returns 0
+            // (applications disconnect again after DISCONNECTED).
+            _ => self.qp_to_error(key),
         }
         Ok(())
     }
