@@ -1,0 +1,324 @@
+//! A device session: one model instance with its host memory, its MSI-X messages and its
+//! port, driven by a testbench through transactions (SimBricks-shaped: register access,
+//! DMA to host memory, interrupts, Ethernet frames) on virtual time.
+//!
+//! Host memory is either the model's own (backdoor regions the testbench reads and
+//! writes directly) or the testbench's, reached through a [`HostBus`] — the C ABI turns
+//! a pair of callbacks into one, so DMA reads and writes become requests the testbench
+//! serves from its own memory model.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rnic_firmware_if::mailbox::ContextTable;
+use rnic_hw_model::interrupt::{InterruptSink, MsixMessage};
+use rnic_hw_model::memory::{AccessKind, Backing, MemoryError, FRAME_SIZE};
+use rnic_hw_model::{Device, HostMemory, PagedMemory, Picoseconds};
+
+use crate::config::SessionConfig;
+use crate::VipError;
+
+/// Host memory the testbench owns: the model's DMA requests, served by the testbench.
+pub trait HostBus: Send {
+    /// Reads `buffer.len()` bytes at bus address `address`; false when the testbench
+    /// refuses (the device sees a failed DMA: an unsupported request).
+    fn read(&mut self, address: u64, buffer: &mut [u8]) -> bool;
+    /// Writes `data` at bus address `address`; false when refused.
+    fn write(&mut self, address: u64, data: &[u8]) -> bool;
+}
+
+/// A [`HostBus`] as the model's [`HostMemory`].
+struct BusMemory(Mutex<Box<dyn HostBus>>);
+
+impl BusMemory {
+    fn lock(&self) -> MutexGuard<'_, Box<dyn HostBus>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl HostMemory for BusMemory {
+    fn read(&self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        match self.lock().read(address, buffer) {
+            true => Ok(()),
+            false => Err(MemoryError::Unmapped {
+                kind: AccessKind::Read,
+                address,
+                length: buffer.len(),
+                unmapped: address,
+            }),
+        }
+    }
+
+    fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        match self.lock().write(address, data) {
+            true => Ok(()),
+            false => Err(MemoryError::Unmapped {
+                kind: AccessKind::Write,
+                address,
+                length: data.len(),
+                unmapped: address,
+            }),
+        }
+    }
+}
+
+/// An MSI-X message and when the device sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MsixEvent {
+    /// Virtual time, ps.
+    pub time: Picoseconds,
+    /// The message.
+    pub message: MsixMessage,
+}
+
+/// MSI-X messages the device sent and nobody took yet.
+#[derive(Debug, Clone, Default)]
+struct MsixQueue(Arc<Mutex<Vec<MsixMessage>>>);
+
+impl InterruptSink for MsixQueue {
+    fn deliver(&mut self, message: MsixMessage) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(message);
+    }
+}
+
+/// A transmitted frame and when it left the port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameEvent {
+    /// Virtual time, ps.
+    pub time: Picoseconds,
+    /// The Ethernet frame, without FCS.
+    pub frame: Vec<u8>,
+}
+
+/// One model instance and what surrounds it.
+pub struct Session {
+    config: SessionConfig,
+    device: Device,
+    /// The memory the device DMAs into.
+    memory: Arc<dyn HostMemory>,
+    /// The model's own memory (backdoor regions), when the testbench supplied none.
+    backdoor: Option<Arc<PagedMemory>>,
+    sink: MsixQueue,
+    msix: VecDeque<MsixEvent>,
+    transmitted: VecDeque<FrameEvent>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// A session from configuration text (TOML or JSON, see [`SessionConfig`]), with the
+    /// model's own backdoor memory, or the testbench's when `bus` is given.
+    pub fn new(config_text: &str, bus: Option<Box<dyn HostBus>>) -> Result<Self, VipError> {
+        let config = SessionConfig::parse(config_text)?;
+        Self::with_config(config, bus)
+    }
+
+    /// [`Session::new`] from a parsed configuration.
+    pub fn with_config(config: SessionConfig, bus: Option<Box<dyn HostBus>>) -> Result<Self, VipError> {
+        let device_config = config.device_config()?;
+        let (memory, backdoor): (Arc<dyn HostMemory>, _) = match bus {
+            Some(bus) => (Arc::new(BusMemory(Mutex::new(bus))), None),
+            None => {
+                let memory = Arc::new(PagedMemory::new());
+                for region in &config.memory {
+                    let backing = Backing::zeroed(region.size as usize);
+                    memory.map_contiguous(region.base, &backing, 0, (region.size / FRAME_SIZE) as usize, true);
+                }
+                (memory.clone() as Arc<dyn HostMemory>, Some(memory))
+            }
+        };
+        let sink = MsixQueue::default();
+        let device = Device::new(device_config, memory.clone(), Box::new(sink.clone()));
+        Ok(Self {
+            config,
+            device,
+            memory,
+            backdoor,
+            sink,
+            msix: VecDeque::new(),
+            transmitted: VecDeque::new(),
+        })
+    }
+
+    /// The configuration the session was made with.
+    pub fn config(&self) -> &SessionConfig {
+        &self.config
+    }
+
+    /// The device (for Rust testbenches that want more than transactions).
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The device, mutably.
+    pub fn device_mut(&mut self) -> &mut Device {
+        &mut self.device
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Picoseconds {
+        self.device.now()
+    }
+
+    /// Time of the next pending event.
+    pub fn next_event_time(&self) -> Option<Picoseconds> {
+        self.device.next_event_time()
+    }
+
+    /// Runs every event due by `t` (each at its own instant, so outputs carry the time
+    /// they happened), then moves virtual time to `t`. A `t` in the past is an error.
+    pub fn advance_to(&mut self, t: Picoseconds) -> Result<(), VipError> {
+        if t < self.device.now() {
+            return Err(VipError::Invalid(format!(
+                "advance to {} ps: the session is at {} ps already",
+                t.0,
+                self.device.now().0
+            )));
+        }
+        while let Some(next) = self.device.next_event_time().filter(|next| *next <= t) {
+            self.device.advance_to(next);
+            self.collect();
+        }
+        self.device.advance_to(t);
+        self.collect();
+        Ok(())
+    }
+
+    /// Runs until nothing is pending or the next event is past `limit`; returns the time
+    /// reached.
+    pub fn run_until_idle(&mut self, limit: Picoseconds) -> Picoseconds {
+        while let Some(next) = self.device.next_event_time().filter(|next| *next <= limit) {
+            self.device.advance_to(next);
+            self.collect();
+        }
+        self.device.now()
+    }
+
+    /// Gathers what the device produced at the current instant.
+    fn collect(&mut self) {
+        let now = self.device.now();
+        let messages = std::mem::take(&mut *self.sink.0.lock().unwrap_or_else(|e| e.into_inner()));
+        self.msix
+            .extend(messages.into_iter().map(|message| MsixEvent { time: now, message }));
+        while let Some(frame) = self.device.poll_transmit() {
+            self.transmitted.push_back(FrameEvent { time: now, frame });
+        }
+    }
+
+    /// Reads configuration space.
+    pub fn config_read(&mut self, offset: usize, data: &mut [u8]) -> Result<(), VipError> {
+        check_config_access(offset, data.len())?;
+        self.device.config_read(offset, data);
+        Ok(())
+    }
+
+    /// Writes configuration space.
+    pub fn config_write(&mut self, offset: usize, data: &[u8]) -> Result<(), VipError> {
+        check_config_access(offset, data.len())?;
+        self.device.config_write(offset, data);
+        self.collect();
+        Ok(())
+    }
+
+    /// Reads a BAR (1, 2, 4 or 8 bytes).
+    pub fn bar_read(&mut self, bar: u8, offset: u64, data: &mut [u8]) -> Result<(), VipError> {
+        check_bar_access(offset, data.len())?;
+        self.device.bar_read(bar, offset, data);
+        self.collect();
+        Ok(())
+    }
+
+    /// Writes a BAR (1, 2, 4 or 8 bytes).
+    pub fn bar_write(&mut self, bar: u8, offset: u64, data: &[u8]) -> Result<(), VipError> {
+        check_bar_access(offset, data.len())?;
+        self.device.bar_write(bar, offset, data);
+        self.collect();
+        Ok(())
+    }
+
+    /// Reads host memory: the backdoor regions, or the testbench's memory through its bus.
+    pub fn memory_read(&self, address: u64, data: &mut [u8]) -> Result<(), VipError> {
+        self.host_memory().read(address, data).map_err(VipError::Memory)
+    }
+
+    /// Writes host memory (as [`Session::memory_read`]).
+    pub fn memory_write(&self, address: u64, data: &[u8]) -> Result<(), VipError> {
+        self.host_memory().write(address, data).map_err(VipError::Memory)
+    }
+
+    fn host_memory(&self) -> &dyn HostMemory {
+        match &self.backdoor {
+            Some(memory) => &**memory,
+            None => &*self.memory,
+        }
+    }
+
+    /// Whether host memory is the model's own (backdoor regions).
+    pub fn has_backdoor_memory(&self) -> bool {
+        self.backdoor.is_some()
+    }
+
+    /// Delivers an Ethernet frame (without FCS) to the port now.
+    pub fn receive_frame(&mut self, frame: &[u8]) -> Result<(), VipError> {
+        if frame.len() > 16 * 1024 {
+            return Err(VipError::Invalid(format!(
+                "a {}-byte frame: at most 16 KiB",
+                frame.len()
+            )));
+        }
+        self.device.receive_frame(frame);
+        self.collect();
+        Ok(())
+    }
+
+    /// The oldest transmitted frame nobody took yet.
+    pub fn poll_transmit(&mut self) -> Option<FrameEvent> {
+        self.transmitted.pop_front()
+    }
+
+    /// The oldest transmitted frame nobody took yet, left in place.
+    pub fn peek_transmit(&self) -> Option<&FrameEvent> {
+        self.transmitted.front()
+    }
+
+    /// The oldest MSI-X message nobody took yet.
+    pub fn poll_msix(&mut self) -> Option<MsixEvent> {
+        self.msix.pop_front()
+    }
+
+    /// Reads context `index` of `table` from host memory after the device wrote its
+    /// cached contexts back (the state a QUERY mailbox would return), without a command:
+    /// a backdoor read. `data.len()` bytes from the context's start.
+    pub fn context_read(&mut self, table: ContextTable, index: u32, data: &mut [u8]) -> Result<(), VipError> {
+        self.device.write_back_contexts();
+        let address = self
+            .device
+            .context_address(table, index)
+            .ok_or_else(|| VipError::Invalid(format!("{table:?} {index}: no such object in the table")))?;
+        self.host_memory().read(address, data).map_err(VipError::Memory)
+    }
+}
+
+fn check_config_access(offset: usize, len: usize) -> Result<(), VipError> {
+    if !(1..=4).contains(&len) || offset.checked_add(len).is_none_or(|end| end > 4096) {
+        return Err(VipError::Invalid(format!(
+            "configuration access of {len} bytes at {offset:#x}: 1..4 bytes inside 4 KiB"
+        )));
+    }
+    Ok(())
+}
+
+fn check_bar_access(offset: u64, len: usize) -> Result<(), VipError> {
+    if ![1, 2, 4, 8].contains(&len) || offset.checked_add(len as u64).is_none() {
+        return Err(VipError::Invalid(format!(
+            "BAR access of {len} bytes at {offset:#x}: 1, 2, 4 or 8 bytes"
+        )));
+    }
+    Ok(())
+}
