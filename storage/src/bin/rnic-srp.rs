@@ -178,7 +178,12 @@ fn execute(arguments: &Arguments) -> Result<bool, String> {
                 let inquiry = initiator.inquiry(lun).map_err(|e| format!("INQUIRY LUN {lun}: {e}"))?;
                 let serial = initiator
                     .vpd(lun, vpd::UNIT_SERIAL_NUMBER)
-                    .map(|s| String::from_utf8_lossy(&s).trim().to_string())
+                    .map(|s| {
+                        String::from_utf8_lossy(&s)
+                            .trim_end_matches(['\0', ' '])
+                            .trim()
+                            .to_string()
+                    })
                     .unwrap_or_default();
                 let (blocks, block_size) = initiator
                     .read_capacity(lun)

@@ -118,7 +118,7 @@ impl LogicalUnit {
             hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3);
         }
         let mut naa = [0u8; 16];
-        naa[0] = 0x60 | 0x00;
+        naa[0] = 0x60;
         naa[1] = 0x25;
         naa[2] = 0x24;
         naa[3] = 0xE0;

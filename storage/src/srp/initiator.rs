@@ -78,7 +78,8 @@ impl Default for InitiatorConfig {
             multichannel: false,
             data_pool_bytes: 16 << 20,
             descriptor_chunk: None,
-            login_timeout_ns: 5_000_000_000,
+            // A lost CM REQ is resent after about 4.6 s (storage-and-cm.md A.6): room for a few.
+            login_timeout_ns: 30_000_000_000,
             command_timeout_ns: 30_000_000_000,
         }
     }

@@ -144,8 +144,6 @@ const POLL_BATCH: usize = 32;
 /// Receive buffers beyond the credits: room to see, and answer, an initiator that
 /// overruns its credits instead of stalling it in receiver-not-ready.
 const OVERRUN_SLACK: u32 = 8;
-/// Send slot of an unsolicited target IU (SRP_T_LOGOUT): past the request slots.
-const T_LOGOUT_SLOT_EXTRA: usize = 0;
 
 /// Where a command is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,13 +421,13 @@ impl Target {
         let peer = request.peer();
         let private = request.private_data();
         // Over RDMA-CM the login is the 56-byte compact form; a 64-byte SRP_LOGIN_REQ
-        // (InfiniBand CM) is taken too.
-        let parsed = if private.len() >= LOGIN_REQ_LEN && private[0] == opcode::LOGIN_REQ && private[11] != 0 {
+        // (InfiniBand CM) is taken too. They differ where the compact form has the IT IU
+        // length (bytes 12..16), which are reserved zeroes in the full form.
+        let full = private.len() >= LOGIN_REQ_LEN && private[0] == opcode::LOGIN_REQ && private[12..16] == [0; 4];
+        let parsed = if full || private.len() < COMPACT_LOGIN_REQ_LEN {
             LoginReqRepr::parse(private)
-        } else if private.len() >= COMPACT_LOGIN_REQ_LEN {
-            LoginReqRepr::parse_compact(private)
         } else {
-            LoginReqRepr::parse(private)
+            LoginReqRepr::parse_compact(private)
         };
         let login = match parsed {
             Ok(login) => login,
@@ -481,9 +479,10 @@ impl Target {
                     .map(|_| c)
             })
             .collect();
-        if login.multichannel() && nexus.len() >= self.config.max_channels_per_nexus
-            || self.channel_count() >= self.config.max_channels && (login.multichannel() || nexus.is_empty())
-        {
+        let nexus_full = login.multichannel() && nexus.len() >= self.config.max_channels_per_nexus;
+        let target_full =
+            self.channel_count() >= self.config.max_channels && (login.multichannel() || nexus.is_empty());
+        if nexus_full || target_full {
             return self.reject(
                 request,
                 tag,
@@ -1358,7 +1357,8 @@ impl Target {
         if channel.state != ChannelState::Live {
             return;
         }
-        let index = channel.slots.len() + T_LOGOUT_SLOT_EXTRA;
+        // The send slot past the request slots.
+        let index = channel.slots.len();
         let bytes = IuRepr::TLogout(TLogoutRepr {
             sol_not: 0,
             reason,

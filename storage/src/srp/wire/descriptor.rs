@@ -186,7 +186,7 @@ impl DataDescriptor {
                 let needed = INDIRECT_HEADER_LEN + DIRECT_LEN * usize::from(count);
                 check_len("srp_indirect_buf", needed, bytes.len())?;
                 let table = DirectDescriptor::parse(bytes)?;
-                if table.len as usize % DIRECT_LEN != 0 {
+                if !(table.len as usize).is_multiple_of(DIRECT_LEN) {
                     return Err(WireError::Malformed {
                         format: "srp_indirect_buf",
                         field: "table_desc.len",
