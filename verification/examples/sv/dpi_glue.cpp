@@ -50,7 +50,8 @@ extern "C" void *rnic_dpi_create(const char *config, int memory_id) {
   return device;
 }
 
-// Moves every frame `from` transmitted to `to`'s port; returns how many.
+// Moves every frame `from` transmitted to `to`'s port; returns how many, or -1 when a
+// call fails (rnic_vip_last_error says why).
 extern "C" int rnic_dpi_forward(void *from, void *to) {
   std::vector<uint8_t> frame(16384);
   int moved = 0;
@@ -58,8 +59,9 @@ extern "C" int rnic_dpi_forward(void *from, void *to) {
     size_t length = 0;
     uint64_t time = 0;
     int status = rnic_vip_frame_poll(static_cast<rnic_vip_device *>(from), frame.data(), frame.size(), &length, &time);
-    if (status != RNIC_VIP_OK) break;
-    if (rnic_vip_frame_receive(static_cast<rnic_vip_device *>(to), frame.data(), length) != RNIC_VIP_OK) break;
+    if (status == RNIC_VIP_EMPTY) break;
+    if (status != RNIC_VIP_OK) return -1;
+    if (rnic_vip_frame_receive(static_cast<rnic_vip_device *>(to), frame.data(), length) != RNIC_VIP_OK) return -1;
     moved++;
   }
   return moved;

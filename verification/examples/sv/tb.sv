@@ -268,8 +268,14 @@ module tb;
     int r0, r1, moved = 0;
     bit [2047:0] cqe;
     for (int step = 0; step < limit; step++) begin
-      moved += rnic_dpi_forward(dev[0], dev[1]);
-      moved += rnic_dpi_forward(dev[1], dev[0]);
+      for (int d = 0; d < 2; d++) begin
+        int n = rnic_dpi_forward(dev[d], dev[1 - d]);
+        if (n < 0) begin
+          fail($sformatf("carrying frames from device %0d: %s", d, rnic_vip_last_error()));
+          return 0;
+        end
+        moved += n;
+      end
       cqe = mem_read(0, cq_buffer[0], 64);
       if (get_field(cqe, Cqe_OWNER_LO, Cqe_OWNER_W) == 1) begin
         $display("frames carried between the ports: %0d", moved);
