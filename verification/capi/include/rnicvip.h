@@ -9,8 +9,9 @@
 #include <stddef.h>
 
 // The ABI version: major in bits 31:16, minor in 15:0. A new minor adds functions; a
-// new major changes or removes some.
-#define RNIC_VIP_ABI_VERSION (1 << 16)
+// new major changes or removes some. 1.1 added `rnic_vip_frame_decode` and
+// `rnic_vip_frame_encode`.
+#define RNIC_VIP_ABI_VERSION ((1 << 16) | 1)
 
 // Success.
 #define RNIC_VIP_OK 0
@@ -271,6 +272,30 @@ int32_t rnic_vip_field_set(uint8_t *buffer, size_t length, const char *layout_na
 // The strings are NUL-terminated; `buffer` is valid for `length` readable bytes; `value`
 // is valid for a write.
 int32_t rnic_vip_field_get(const uint8_t *buffer, size_t length, const char *layout_name, const char *field, uint64_t *value);
+
+// Takes a RoCEv2 frame (Ethernet, no FCS) apart as the device's receive path does
+// (lengths, opcode, headers, ICRC) and writes its fields into `text`, one
+// `name=0xVALUE` line each in header order (names as in docs/guides/verification.md:
+// `eth.dst`, `bth.opcode`, `bth.psn`, `reth.len`, `icrc`…), NUL-terminated. The size
+// needed (NUL included) is stored in `needed`; `RNIC_VIP_E_BUFFER` when `capacity` is too
+// small, `RNIC_VIP_E_CODEC` when the device would drop the frame as malformed.
+//
+// # Safety
+// `frame` is valid for `length` bytes; `text` for `capacity` writable bytes; `needed` is
+// NULL or valid for a write.
+int32_t rnic_vip_frame_decode(const uint8_t *frame, size_t length, char *text, size_t capacity, size_t *needed);
+
+// Builds a valid RoCEv2 frame from `fields` (`name=VALUE` separated by newlines, commas
+// or spaces; values decimal or 0x-hexadecimal; names as `rnic_vip_frame_decode` writes
+// them, defaults for those not given, derived ones such as `icrc` ignored) and the
+// payload. The frame's length is stored in `length`; `RNIC_VIP_E_BUFFER` when
+// `capacity` is too small.
+//
+// # Safety
+// `fields` is a NUL-terminated string; `payload` is valid for `payload_length` bytes
+// (NULL when 0); `frame` for `capacity` writable bytes; `length` NULL or valid for a
+// write.
+int32_t rnic_vip_frame_encode(const char *fields, const uint8_t *payload, size_t payload_length, uint8_t *frame, size_t capacity, size_t *length);
 
 #ifdef __cplusplus
 }  // extern "C"

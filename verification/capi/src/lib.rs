@@ -22,11 +22,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rnic_firmware_if::mailbox::ContextTable;
 use rnic_hw_model::Picoseconds;
-use rnic_vip::{layout, HostBus, Session, VipError};
+use rnic_vip::{codec, layout, HostBus, Session, VipError};
 
 /// The ABI version: major in bits 31:16, minor in 15:0. A new minor adds functions; a
-/// new major changes or removes some.
-pub const RNIC_VIP_ABI_VERSION: u32 = 1 << 16;
+/// new major changes or removes some. 1.1 added `rnic_vip_frame_decode` and
+/// `rnic_vip_frame_encode`.
+pub const RNIC_VIP_ABI_VERSION: u32 = 1 << 16 | 1;
 
 /// Success.
 pub const RNIC_VIP_OK: i32 = 0;
@@ -850,6 +851,109 @@ pub unsafe extern "C" fn rnic_vip_field_get(
         let v = layout::get_field(buffer, layout_name, field)?;
         // SAFETY: valid for a write (the caller's contract).
         unsafe { store(value, v) };
+        Ok(RNIC_VIP_OK)
+    })
+}
+
+/// Copies `text` and a terminating NUL into `out[0..capacity]`, storing the size needed
+/// (NUL included) in `needed`; `RNIC_VIP_E_BUFFER` when it does not fit.
+///
+/// # Safety
+/// `out` is valid for `capacity` writable bytes; `needed` is NULL or valid for a write.
+unsafe fn store_text(text: &str, out: *mut c_char, capacity: usize, needed: *mut usize) -> Result<i32, VipError> {
+    let size = text.len() + 1;
+    // SAFETY: null or valid (the caller's contract).
+    unsafe { store(needed, size) };
+    if size > capacity {
+        set_error(&format!("{size} bytes do not fit {capacity}"));
+        return Ok(RNIC_VIP_E_BUFFER);
+    }
+    // SAFETY: valid for `capacity` >= `size` bytes (the caller's contract).
+    let out = unsafe { bytes_mut(out.cast::<u8>(), size) }?;
+    out[..text.len()].copy_from_slice(text.as_bytes());
+    out[text.len()] = 0;
+    Ok(RNIC_VIP_OK)
+}
+
+/// Takes a RoCEv2 frame (Ethernet, no FCS) apart as the device's receive path does
+/// (lengths, opcode, headers, ICRC) and writes its fields into `text`, one
+/// `name=0xVALUE` line each in header order (names as in docs/guides/verification.md:
+/// `eth.dst`, `bth.opcode`, `bth.psn`, `reth.len`, `icrc`…), NUL-terminated. The size
+/// needed (NUL included) is stored in `needed`; `RNIC_VIP_E_BUFFER` when `capacity` is too
+/// small, `RNIC_VIP_E_CODEC` when the device would drop the frame as malformed.
+///
+/// # Safety
+/// `frame` is valid for `length` bytes; `text` for `capacity` writable bytes; `needed` is
+/// NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_frame_decode(
+    frame: *const u8,
+    length: usize,
+    text: *mut c_char,
+    capacity: usize,
+    needed: *mut usize,
+) -> i32 {
+    guard(|| {
+        // SAFETY: valid for `length` bytes (the caller's contract).
+        let frame = unsafe { bytes(frame, length) }?;
+        let decoded = codec::decode(frame)?;
+        let lines: String = decoded
+            .fields
+            .iter()
+            .map(|(name, value)| format!("{name}=0x{value:x}\n"))
+            .collect();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { store_text(&lines, text, capacity, needed) }
+    })
+}
+
+/// Builds a valid RoCEv2 frame from `fields` (`name=VALUE` separated by newlines, commas
+/// or spaces; values decimal or 0x-hexadecimal; names as `rnic_vip_frame_decode` writes
+/// them, defaults for those not given, derived ones such as `icrc` ignored) and the
+/// payload. The frame's length is stored in `length`; `RNIC_VIP_E_BUFFER` when
+/// `capacity` is too small.
+///
+/// # Safety
+/// `fields` is a NUL-terminated string; `payload` is valid for `payload_length` bytes
+/// (NULL when 0); `frame` for `capacity` writable bytes; `length` NULL or valid for a
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_frame_encode(
+    fields: *const c_char,
+    payload: *const u8,
+    payload_length: usize,
+    frame: *mut u8,
+    capacity: usize,
+    length: *mut usize,
+) -> i32 {
+    guard(|| {
+        // SAFETY: a NUL-terminated string and a valid payload (the caller's contract).
+        let (fields, payload) = unsafe { (text(fields, "fields")?, bytes(payload, payload_length)?) };
+        let mut parsed = std::collections::BTreeMap::new();
+        for item in fields.split(|c: char| c == '\n' || c == ',' || c.is_whitespace()) {
+            if item.is_empty() {
+                continue;
+            }
+            let (name, value) = item
+                .split_once('=')
+                .ok_or_else(|| invalid(&format!("field {item:?}: name=value expected")))?;
+            let value = match value.strip_prefix("0x").or_else(|| value.strip_prefix("0X")) {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => value.parse(),
+            }
+            .map_err(|_| invalid(&format!("field {name}: {value:?} is not a number")))?;
+            parsed.insert(name.to_string(), value);
+        }
+        let encoded = codec::encode(&parsed, payload)?;
+        // SAFETY: null or valid (the caller's contract).
+        unsafe { store(length, encoded.len()) };
+        if encoded.len() > capacity {
+            set_error(&format!("a {}-byte frame does not fit {capacity} bytes", encoded.len()));
+            return Ok(RNIC_VIP_E_BUFFER);
+        }
+        // SAFETY: valid for `capacity` >= the frame's bytes (the caller's contract).
+        let out = unsafe { bytes_mut(frame, encoded.len()) }?;
+        out.copy_from_slice(&encoded);
         Ok(RNIC_VIP_OK)
     })
 }

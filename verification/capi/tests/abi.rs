@@ -9,10 +9,17 @@ fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `target/<profile>/`, where cargo put `librnicvip.so` next to this test's `deps/`.
+/// Where cargo built `librnicvip.so` for this test: `target/<profile>/deps/`, next to the
+/// test itself (a test build refreshes that copy, not the one `cargo build` puts in
+/// `target/<profile>/`).
 fn library_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+    let deps = exe.parent().unwrap();
+    if deps.join("librnicvip.so").exists() {
+        deps.to_path_buf()
+    } else {
+        deps.parent().map(Path::to_path_buf).unwrap()
+    }
 }
 
 fn header_functions() -> Vec<String> {
@@ -89,7 +96,8 @@ fn a_c_program_compiled_against_the_header_calls_every_function() {
         .status()
         .expect("a C compiler (cc) runs");
     assert!(status.success(), "abi_check.c does not compile against the header");
-    let run = Command::new(&out).output().unwrap();
+    // cargo's LD_LIBRARY_PATH may name `target/<profile>/` first, whose copy can be stale.
+    let run = Command::new(&out).env("LD_LIBRARY_PATH", &lib).output().unwrap();
     let _ = std::fs::remove_file(&out);
     assert!(
         run.status.success(),
