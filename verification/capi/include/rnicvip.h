@@ -9,8 +9,8 @@
 #include <stddef.h>
 
 // The ABI version: major in bits 31:16, minor in 15:0. A new minor adds functions; a
-// new major changes or removes some. 1.1 added `rnic_vip_frame_decode` and
-// `rnic_vip_frame_encode`.
+// new major changes or removes some. 1.1 added `rnic_vip_frame_decode`,
+// `rnic_vip_frame_encode` and `rnic_vip_coverage_write`.
 #define RNIC_VIP_ABI_VERSION ((1 << 16) | 1)
 
 // Success.
@@ -296,6 +296,13 @@ int32_t rnic_vip_frame_decode(const uint8_t *frame, size_t length, char *text, s
 // (NULL when 0); `frame` for `capacity` writable bytes; `length` NULL or valid for a
 // write.
 int32_t rnic_vip_frame_encode(const char *fields, const uint8_t *payload, size_t payload_length, uint8_t *frame, size_t capacity, size_t *length);
+
+// Writes the functional coverage the device collected so far to the file `path` (JSON,
+// schema `rnic-vip-coverage/1`; merge and report files with `rnic-vip coverage`).
+//
+// # Safety
+// `device` is a live handle; `path` is a NUL-terminated string.
+int32_t rnic_vip_coverage_write(rnic_vip_device *device, const char *path);
 
 #ifdef __cplusplus
 }  // extern "C"

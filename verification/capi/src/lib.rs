@@ -25,8 +25,8 @@ use rnic_hw_model::Picoseconds;
 use rnic_vip::{codec, layout, HostBus, Session, VipError};
 
 /// The ABI version: major in bits 31:16, minor in 15:0. A new minor adds functions; a
-/// new major changes or removes some. 1.1 added `rnic_vip_frame_decode` and
-/// `rnic_vip_frame_encode`.
+/// new major changes or removes some. 1.1 added `rnic_vip_frame_decode`,
+/// `rnic_vip_frame_encode` and `rnic_vip_coverage_write`.
 pub const RNIC_VIP_ABI_VERSION: u32 = 1 << 16 | 1;
 
 /// Success.
@@ -954,6 +954,27 @@ pub unsafe extern "C" fn rnic_vip_frame_encode(
         // SAFETY: valid for `capacity` >= the frame's bytes (the caller's contract).
         let out = unsafe { bytes_mut(frame, encoded.len()) }?;
         out.copy_from_slice(&encoded);
+        Ok(RNIC_VIP_OK)
+    })
+}
+
+/// Writes the functional coverage the device collected so far to the file `path` (JSON,
+/// schema `rnic-vip-coverage/1`; merge and report files with `rnic-vip coverage`).
+///
+/// # Safety
+/// `device` is a live handle; `path` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_coverage_write(device: *mut RnicVipDevice, path: *const c_char) -> i32 {
+    // SAFETY: a NUL-terminated string (the caller's contract).
+    let path = match unsafe { text(path, "path") } {
+        Ok(path) => path.to_owned(),
+        Err(error) => {
+            set_error(&error.to_string());
+            return status(&error);
+        }
+    };
+    with_device(device, |session| {
+        std::fs::write(&path, session.coverage().to_json()).map_err(|e| VipError::Io(format!("{path}: {e}")))?;
         Ok(RNIC_VIP_OK)
     })
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rnicvip.h"
 
@@ -131,6 +132,16 @@ int main(void) {
     CHECK(rnic_vip_set_msix_callback(device, on_msix, NULL) == RNIC_VIP_OK, "msix callback");
     CHECK(rnic_vip_set_frame_callback(device, on_frame, NULL) == RNIC_VIP_OK, "frame callback");
     CHECK(rnic_vip_bar_write64(device, 2, 0x230, 0) == RNIC_VIP_OK, "a doorbell for nothing is dropped, not an error");
+    CHECK(rnic_vip_coverage_write(device, "/nonexistent-dir/coverage.json") == RNIC_VIP_E_IO, "coverage to nowhere");
+    char coverage_path[64];
+    snprintf(coverage_path, sizeof coverage_path, "/tmp/rnicvip-abi-coverage-%ld.json", (long)clock());
+    CHECK(rnic_vip_coverage_write(device, coverage_path) == RNIC_VIP_OK, "coverage");
+    FILE *coverage = fopen(coverage_path, "r");
+    char head[256] = {0};
+    CHECK(coverage && fread(head, 1, sizeof head - 1, coverage) > 0 && strstr(head, "rnic-vip-coverage/1"),
+          "the coverage file names its schema: %s", head);
+    if (coverage) fclose(coverage);
+    remove(coverage_path);
     rnic_vip_destroy(device);
     rnic_vip_destroy(NULL);
 

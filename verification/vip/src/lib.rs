@@ -10,6 +10,8 @@
 //! * [`layout`]: the driver↔device layouts of `firmware-if` by name, so a testbench in
 //!   any language builds contexts and WQEs from the register map's own table.
 //! * [`codec`]: the RoCEv2 header codec for stimulus and checking.
+//! * [`coverage`]: functional coverage collected by a session, exported as JSON, merged
+//!   and reported (the `rnic-vip coverage` command).
 //!
 //! Everything is deterministic: the same inputs give the same outputs, bit for bit. See
 //! `docs/guides/verification.md`.
@@ -17,6 +19,7 @@
 
 pub mod codec;
 pub mod config;
+pub mod coverage;
 pub mod layout;
 pub mod session;
 pub mod sv_package;

@@ -16,6 +16,7 @@ use rnic_hw_model::memory::{AccessKind, Backing, MemoryError, FRAME_SIZE};
 use rnic_hw_model::{Device, HostMemory, PagedMemory, Picoseconds};
 
 use crate::config::SessionConfig;
+use crate::coverage::Coverage;
 use crate::VipError;
 
 /// Host memory the testbench owns: the model's DMA requests, served by the testbench.
@@ -101,6 +102,7 @@ pub struct Session {
     sink: MsixQueue,
     msix: VecDeque<MsixEvent>,
     transmitted: VecDeque<FrameEvent>,
+    coverage: Coverage,
 }
 
 impl std::fmt::Debug for Session {
@@ -143,6 +145,7 @@ impl Session {
             sink,
             msix: VecDeque::new(),
             transmitted: VecDeque::new(),
+            coverage: Coverage::new(),
         })
     }
 
@@ -207,6 +210,7 @@ impl Session {
         self.msix
             .extend(messages.into_iter().map(|message| MsixEvent { time: now, message }));
         while let Some(frame) = self.device.poll_transmit() {
+            self.coverage.sample_frame("transmitted", &frame);
             self.transmitted.push_back(FrameEvent { time: now, frame });
         }
     }
@@ -272,9 +276,15 @@ impl Session {
                 frame.len()
             )));
         }
+        self.coverage.sample_frame("received", frame);
         self.device.receive_frame(frame);
         self.collect();
         Ok(())
+    }
+
+    /// The functional coverage collected so far (crate::coverage).
+    pub fn coverage(&self) -> &Coverage {
+        &self.coverage
     }
 
     /// The oldest transmitted frame nobody took yet.

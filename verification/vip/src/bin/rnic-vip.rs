@@ -1,7 +1,84 @@
-//! `rnic-vip`: the verification IP's command line (coverage merge and report, trace
-//! export, replay). See `docs/guides/verification.md`.
+//! `rnic-vip`: the verification IP's command line. `rnic-vip coverage merge` adds coverage
+//! files of many runs into one; `rnic-vip coverage report` prints the table and the holes.
+//! See `docs/guides/verification.md`.
 
-fn main() {
-    eprintln!("rnic-vip: no command yet");
-    std::process::exit(2);
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use rnic_vip::coverage::Coverage;
+
+#[derive(Parser)]
+#[command(name = "rnic-vip", about = "The rnic-emu verification IP's tools")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Functional coverage files (JSON, schema rnic-vip-coverage/1).
+    #[command(subcommand)]
+    Coverage(CoverageCommand),
+}
+
+#[derive(Subcommand)]
+enum CoverageCommand {
+    /// Adds the runs and hits of every input into one file.
+    Merge {
+        /// The merged file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Coverage files to merge (at least one).
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+    },
+    /// Prints bins hit per group and lists the holes (bins never hit). Holes are not
+    /// failures: the exit status is 0 whenever the files could be read.
+    Report {
+        /// Coverage files (merged first when several).
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+    },
+}
+
+fn load(inputs: &[PathBuf]) -> Result<Coverage, String> {
+    let mut merged: Option<Coverage> = None;
+    for path in inputs {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let coverage = Coverage::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        match merged.as_mut() {
+            Some(merged) => merged.merge(&coverage),
+            None => merged = Some(coverage),
+        }
+    }
+    merged.ok_or_else(|| "no coverage file given".into())
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Coverage(CoverageCommand::Merge { output, inputs }) => {
+            let merged = load(&inputs)?;
+            std::fs::write(&output, merged.to_json()).map_err(|e| format!("{}: {e}", output.display()))?;
+            let (hit, all) = merged.totals();
+            println!(
+                "merged {} file(s), {} run(s): {hit} of {all} bins hit -> {}",
+                inputs.len(),
+                merged.runs,
+                output.display()
+            );
+        }
+        Command::Coverage(CoverageCommand::Report { inputs }) => print!("{}", load(&inputs)?.report()),
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("rnic-vip: {message}");
+            ExitCode::FAILURE
+        }
+    }
 }
