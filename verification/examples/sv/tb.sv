@@ -47,6 +47,7 @@ module tb;
                                                  output shortint unsigned vector, output longint unsigned address,
                                                  output int unsigned data);
   import "DPI-C" context function int rnic_dpi_forward(input chandle from_device, input chandle to_device);
+  import "DPI-C" context function int rnic_vip_coverage_write(input chandle device, input string path);
 
   localparam longint unsigned DMA_BASE = 64'h1000_0000;
   localparam int RING_DEPTH = 64;
@@ -301,6 +302,7 @@ module tb;
     shortint unsigned msix_vector;
     int unsigned msix_data;
     int interrupts = 0;
+    string coverage_dir;
 
     if (rnic_vip_abi_version() >> 16 != 1) fail($sformatf("ABI version %h: major 1 expected", rnic_vip_abi_version()));
     mac[0] = 48'h02_52_4e_49_43_01;
@@ -362,6 +364,10 @@ module tb;
     check(rnic_vip_now(dev[0], t0), "now");
     $display("RDMA WRITE of %0d bytes completed at %0d ps (CQE status %0d, %0d MSI-X on device 0)", LENGTH, t0,
              get_field(cqe, Cqe_STATUS_LO, Cqe_STATUS_W), interrupts);
+    // Functional coverage of each device, for `rnic-vip coverage merge/report`.
+    if ($value$plusargs("coverage_dir=%s", coverage_dir))
+      for (int d = 0; d < 2; d++)
+        check(rnic_vip_coverage_write(dev[d], $sformatf("%s/coverage-%0d.json", coverage_dir, d)), "coverage");
     rnic_vip_destroy(dev[0]);
     rnic_vip_destroy(dev[1]);
     if (errors == 0) $display("PASS: sv example");
