@@ -10,7 +10,8 @@
 
 // The ABI version: major in bits 31:16, minor in 15:0. A new minor adds functions; a
 // new major changes or removes some. 1.1 added `rnic_vip_frame_decode`,
-// `rnic_vip_frame_encode` and `rnic_vip_coverage_write`.
+// `rnic_vip_frame_encode`, `rnic_vip_coverage_write`, `rnic_vip_trace_start` and
+// `rnic_vip_trace_write`.
 #define RNIC_VIP_ABI_VERSION ((1 << 16) | 1)
 
 // Success.
@@ -303,6 +304,21 @@ int32_t rnic_vip_frame_encode(const char *fields, const uint8_t *payload, size_t
 // # Safety
 // `device` is a live handle; `path` is a NUL-terminated string.
 int32_t rnic_vip_coverage_write(rnic_vip_device *device, const char *path);
+
+// Starts tracing the device (again from nothing if a trace was running): pipeline stages,
+// frames, MMIO writes and MSI-X messages on virtual time.
+//
+// # Safety
+// `device` is a live handle.
+int32_t rnic_vip_trace_start(rnic_vip_device *device);
+
+// Writes the trace since `rnic_vip_trace_start` to the file `path` in the Chrome/Perfetto
+// JSON trace format, process id `pid` named `name` (to put several devices' files side by
+// side). `RNIC_VIP_E_INVALID` when no trace was started.
+//
+// # Safety
+// `device` is a live handle; `path` and `name` are NUL-terminated strings.
+int32_t rnic_vip_trace_write(rnic_vip_device *device, const char *path, uint32_t pid, const char *name);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -26,7 +26,8 @@ use rnic_vip::{codec, layout, HostBus, Session, VipError};
 
 /// The ABI version: major in bits 31:16, minor in 15:0. A new minor adds functions; a
 /// new major changes or removes some. 1.1 added `rnic_vip_frame_decode`,
-/// `rnic_vip_frame_encode` and `rnic_vip_coverage_write`.
+/// `rnic_vip_frame_encode`, `rnic_vip_coverage_write`, `rnic_vip_trace_start` and
+/// `rnic_vip_trace_write`.
 pub const RNIC_VIP_ABI_VERSION: u32 = 1 << 16 | 1;
 
 /// Success.
@@ -975,6 +976,50 @@ pub unsafe extern "C" fn rnic_vip_coverage_write(device: *mut RnicVipDevice, pat
     };
     with_device(device, |session| {
         std::fs::write(&path, session.coverage().to_json()).map_err(|e| VipError::Io(format!("{path}: {e}")))?;
+        Ok(RNIC_VIP_OK)
+    })
+}
+
+/// Starts tracing the device (again from nothing if a trace was running): pipeline stages,
+/// frames, MMIO writes and MSI-X messages on virtual time.
+///
+/// # Safety
+/// `device` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_trace_start(device: *mut RnicVipDevice) -> i32 {
+    with_device(device, |session| {
+        session.start_trace();
+        Ok(RNIC_VIP_OK)
+    })
+}
+
+/// Writes the trace since `rnic_vip_trace_start` to the file `path` in the Chrome/Perfetto
+/// JSON trace format, process id `pid` named `name` (to put several devices' files side by
+/// side). `RNIC_VIP_E_INVALID` when no trace was started.
+///
+/// # Safety
+/// `device` is a live handle; `path` and `name` are NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_trace_write(
+    device: *mut RnicVipDevice,
+    path: *const c_char,
+    pid: u32,
+    name: *const c_char,
+) -> i32 {
+    // SAFETY: NUL-terminated strings (the caller's contract).
+    let strings = unsafe { text(path, "path").and_then(|p| Ok((p.to_owned(), text(name, "name")?.to_owned()))) };
+    let (path, name) = match strings {
+        Ok(strings) => strings,
+        Err(error) => {
+            set_error(&error.to_string());
+            return status(&error);
+        }
+    };
+    with_device(device, |session| {
+        let trace = session
+            .trace()
+            .ok_or_else(|| invalid("no trace was started (rnic_vip_trace_start)"))?;
+        std::fs::write(&path, trace.to_perfetto_json(pid, &name)).map_err(|e| VipError::Io(format!("{path}: {e}")))?;
         Ok(RNIC_VIP_OK)
     })
 }

@@ -132,6 +132,9 @@ int main(void) {
     CHECK(rnic_vip_set_msix_callback(device, on_msix, NULL) == RNIC_VIP_OK, "msix callback");
     CHECK(rnic_vip_set_frame_callback(device, on_frame, NULL) == RNIC_VIP_OK, "frame callback");
     CHECK(rnic_vip_bar_write64(device, 2, 0x230, 0) == RNIC_VIP_OK, "a doorbell for nothing is dropped, not an error");
+    CHECK(rnic_vip_trace_write(device, "/tmp/never.json", 0, "d") == RNIC_VIP_E_INVALID, "no trace started");
+    CHECK(rnic_vip_trace_start(device) == RNIC_VIP_OK, "trace start");
+    CHECK(rnic_vip_trace_write(device, "/nonexistent-dir/trace.json", 0, "d") == RNIC_VIP_E_IO, "trace to nowhere");
     CHECK(rnic_vip_coverage_write(device, "/nonexistent-dir/coverage.json") == RNIC_VIP_E_IO, "coverage to nowhere");
     char coverage_path[64];
     snprintf(coverage_path, sizeof coverage_path, "/tmp/rnicvip-abi-coverage-%ld.json", (long)clock());

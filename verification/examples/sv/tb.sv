@@ -48,6 +48,9 @@ module tb;
                                                  output int unsigned data);
   import "DPI-C" context function int rnic_dpi_forward(input chandle from_device, input chandle to_device);
   import "DPI-C" context function int rnic_vip_coverage_write(input chandle device, input string path);
+  import "DPI-C" context function int rnic_vip_trace_start(input chandle device);
+  import "DPI-C" context function int rnic_vip_trace_write(input chandle device, input string path, input int unsigned pid,
+                                                     input string name);
 
   localparam longint unsigned DMA_BASE = 64'h1000_0000;
   localparam int RING_DEPTH = 64;
@@ -303,6 +306,7 @@ module tb;
     int unsigned msix_data;
     int interrupts = 0;
     string coverage_dir;
+    string trace_dir = "";
 
     if (rnic_vip_abi_version() >> 16 != 1) fail($sformatf("ABI version %h: major 1 expected", rnic_vip_abi_version()));
     mac[0] = 48'h02_52_4e_49_43_01;
@@ -326,6 +330,9 @@ module tb;
     check(rnic_vip_now(dev[1], t1), "now");
     check(rnic_vip_advance_to(dev[0], t0 > t1 ? t0 : t1), "align");
     check(rnic_vip_advance_to(dev[1], t0 > t1 ? t0 : t1), "align");
+    // Trace the WRITE (not the bring-up) when asked to.
+    if ($value$plusargs("trace_dir=%s", trace_dir))
+      for (int d = 0; d < 2; d++) check(rnic_vip_trace_start(dev[d]), "trace start");
     // The payload on device 0, zeroes on device 1.
     for (int i = 0; i < LENGTH; i++) sv_mem_write8(0, data[0] + longint'(i), 8'((i * 7 + 3) & 'hFF));
     // SQ WQE 0 of device 0: RDMA WRITE of LENGTH bytes to device 1's region.
@@ -368,6 +375,10 @@ module tb;
     if ($value$plusargs("coverage_dir=%s", coverage_dir))
       for (int d = 0; d < 2; d++)
         check(rnic_vip_coverage_write(dev[d], $sformatf("%s/coverage-%0d.json", coverage_dir, d)), "coverage");
+    if (trace_dir != "")
+      for (int d = 0; d < 2; d++)
+        check(rnic_vip_trace_write(dev[d], $sformatf("%s/trace-%0d.json", trace_dir, d), d, $sformatf("device %0d", d)),
+              "trace write");
     rnic_vip_destroy(dev[0]);
     rnic_vip_destroy(dev[1]);
     if (errors == 0) $display("PASS: sv example");

@@ -12,6 +12,8 @@
 //! * [`codec`]: the RoCEv2 header codec for stimulus and checking.
 //! * [`coverage`]: functional coverage collected by a session, exported as JSON, merged
 //!   and reported (the `rnic-vip coverage` command).
+//! * [`trace`]: pipeline stages, frames, MMIO and MSI-X on virtual time, in the
+//!   Chrome/Perfetto JSON trace format.
 //!
 //! Everything is deterministic: the same inputs give the same outputs, bit for bit. See
 //! `docs/guides/verification.md`.
@@ -23,6 +25,7 @@ pub mod coverage;
 pub mod layout;
 pub mod session;
 pub mod sv_package;
+pub mod trace;
 
 pub use config::SessionConfig;
 pub use session::{FrameEvent, HostBus, MsixEvent, Session};

@@ -17,6 +17,7 @@ use rnic_hw_model::{Device, HostMemory, PagedMemory, Picoseconds};
 
 use crate::config::SessionConfig;
 use crate::coverage::Coverage;
+use crate::trace::{Trace, Track};
 use crate::VipError;
 
 /// Host memory the testbench owns: the model's DMA requests, served by the testbench.
@@ -103,6 +104,8 @@ pub struct Session {
     msix: VecDeque<MsixEvent>,
     transmitted: VecDeque<FrameEvent>,
     coverage: Coverage,
+    /// The trace, once [`Session::start_trace`] was called.
+    trace: Option<Trace>,
 }
 
 impl std::fmt::Debug for Session {
@@ -146,6 +149,7 @@ impl Session {
             msix: VecDeque::new(),
             transmitted: VecDeque::new(),
             coverage: Coverage::new(),
+            trace: None,
         })
     }
 
@@ -207,10 +211,25 @@ impl Session {
     fn collect(&mut self) {
         let now = self.device.now();
         let messages = std::mem::take(&mut *self.sink.0.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(trace) = self.trace.as_mut() {
+            let charges = self.device.timing_mut().take_stage_log();
+            trace.add_charges(now, &charges, self.device.timing().totals());
+            for message in &messages {
+                trace.add_instant(
+                    now,
+                    Track::Msix,
+                    format!("MSI-X vector {}", message.vector),
+                    vec![("data".into(), format!("{:#x}", message.data))],
+                );
+            }
+        }
         self.msix
             .extend(messages.into_iter().map(|message| MsixEvent { time: now, message }));
         while let Some(frame) = self.device.poll_transmit() {
             self.coverage.sample_frame("transmitted", &frame);
+            if let Some(trace) = self.trace.as_mut() {
+                trace.add_frame(now, "frame out", &frame);
+            }
             self.transmitted.push_back(FrameEvent { time: now, frame });
         }
     }
@@ -241,6 +260,16 @@ impl Session {
     /// Writes a BAR (1, 2, 4 or 8 bytes).
     pub fn bar_write(&mut self, bar: u8, offset: u64, data: &[u8]) -> Result<(), VipError> {
         check_bar_access(offset, data.len())?;
+        if let Some(trace) = self.trace.as_mut() {
+            let mut value = [0u8; 8];
+            value[..data.len()].copy_from_slice(data);
+            trace.add_instant(
+                self.device.now(),
+                Track::Mmio,
+                format!("BAR{bar} write {offset:#x}"),
+                vec![("value".into(), format!("{:#x}", u64::from_le_bytes(value)))],
+            );
+        }
         self.device.bar_write(bar, offset, data);
         self.collect();
         Ok(())
@@ -277,9 +306,24 @@ impl Session {
             )));
         }
         self.coverage.sample_frame("received", frame);
+        if let Some(trace) = self.trace.as_mut() {
+            trace.add_frame(self.device.now(), "frame in", frame);
+        }
         self.device.receive_frame(frame);
         self.collect();
         Ok(())
+    }
+
+    /// Starts a trace (crate::trace): from now on the timing model's charges, frames,
+    /// MMIO writes and MSI-X messages are recorded. Starting again starts afresh.
+    pub fn start_trace(&mut self) {
+        self.device.timing_mut().set_stage_log(true);
+        self.trace = Some(Trace::new(self.device.timing().totals()));
+    }
+
+    /// The trace, if one was started.
+    pub fn trace(&self) -> Option<&Trace> {
+        self.trace.as_ref()
     }
 
     /// The functional coverage collected so far (crate::coverage).

@@ -1,12 +1,13 @@
 //! `rnic-vip`: the verification IP's command line. `rnic-vip coverage merge` adds coverage
-//! files of many runs into one; `rnic-vip coverage report` prints the table and the holes.
-//! See `docs/guides/verification.md`.
+//! files of many runs into one; `rnic-vip coverage report` prints the table and the holes;
+//! `rnic-vip trace check` checks Perfetto JSON traces. See `docs/guides/verification.md`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use rnic_vip::coverage::Coverage;
+use rnic_vip::trace::check_perfetto_json;
 
 #[derive(Parser)]
 #[command(name = "rnic-vip", about = "The rnic-emu verification IP's tools")]
@@ -20,6 +21,20 @@ enum Command {
     /// Functional coverage files (JSON, schema rnic-vip-coverage/1).
     #[command(subcommand)]
     Coverage(CoverageCommand),
+    /// Traces (Chrome/Perfetto JSON).
+    #[command(subcommand)]
+    Trace(TraceCommand),
+}
+
+#[derive(Subcommand)]
+enum TraceCommand {
+    /// Checks each file is a trace in the format viewers read, whose stage slices add up
+    /// to the model's totals; fails on the first that is not.
+    Check {
+        /// Trace files.
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -69,6 +84,16 @@ fn run(cli: Cli) -> Result<(), String> {
             );
         }
         Command::Coverage(CoverageCommand::Report { inputs }) => print!("{}", load(&inputs)?.report()),
+        Command::Trace(TraceCommand::Check { inputs }) => {
+            for path in inputs {
+                let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let events = check_perfetto_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                println!(
+                    "{}: {events} events, stage slices add up to the model's totals",
+                    path.display()
+                );
+            }
+        }
     }
     Ok(())
 }
