@@ -10,8 +10,9 @@
 
 // The ABI version: major in bits 31:16, minor in 15:0. A new minor adds functions; a
 // new major changes or removes some. 1.1 added `rnic_vip_frame_decode`,
-// `rnic_vip_frame_encode`, `rnic_vip_coverage_write`, `rnic_vip_trace_start` and
-// `rnic_vip_trace_write`.
+// `rnic_vip_frame_encode`, `rnic_vip_coverage_write`, `rnic_vip_trace_start`,
+// `rnic_vip_trace_write`, `rnic_vip_record_start`, `rnic_vip_record_write` and
+// `rnic_vip_replay`.
 #define RNIC_VIP_ABI_VERSION ((1 << 16) | 1)
 
 // Success.
@@ -319,6 +320,28 @@ int32_t rnic_vip_trace_start(rnic_vip_device *device);
 // # Safety
 // `device` is a live handle; `path` and `name` are NUL-terminated strings.
 int32_t rnic_vip_trace_write(rnic_vip_device *device, const char *path, uint32_t pid, const char *name);
+
+// Starts recording every input and output of the device (before its first input; the
+// device must use the model's own memory, not callbacks).
+//
+// # Safety
+// `device` is a live handle.
+int32_t rnic_vip_record_start(rnic_vip_device *device);
+
+// Writes the recording to the file `path` (JSON lines: the configuration, then one event
+// a line). `RNIC_VIP_E_INVALID` when no recording was started.
+//
+// # Safety
+// `device` is a live handle; `path` is a NUL-terminated string.
+int32_t rnic_vip_record_write(rnic_vip_device *device, const char *path);
+
+// Replays the recording in the file `path` on a fresh device and compares every event:
+// `RNIC_VIP_OK` when all match (their number stored in `events`), `RNIC_VIP_E_MISMATCH`
+// with the first divergence (event index, both sides) in `rnic_vip_last_error`.
+//
+// # Safety
+// `path` is a NUL-terminated string; `events` is NULL or valid for a write.
+int32_t rnic_vip_replay(const char *path, uint64_t *events);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -22,12 +22,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rnic_firmware_if::mailbox::ContextTable;
 use rnic_hw_model::Picoseconds;
-use rnic_vip::{codec, layout, HostBus, Session, VipError};
+use rnic_vip::{codec, layout, replay, HostBus, Session, VipError};
 
 /// The ABI version: major in bits 31:16, minor in 15:0. A new minor adds functions; a
 /// new major changes or removes some. 1.1 added `rnic_vip_frame_decode`,
-/// `rnic_vip_frame_encode`, `rnic_vip_coverage_write`, `rnic_vip_trace_start` and
-/// `rnic_vip_trace_write`.
+/// `rnic_vip_frame_encode`, `rnic_vip_coverage_write`, `rnic_vip_trace_start`,
+/// `rnic_vip_trace_write`, `rnic_vip_record_start`, `rnic_vip_record_write` and
+/// `rnic_vip_replay`.
 pub const RNIC_VIP_ABI_VERSION: u32 = 1 << 16 | 1;
 
 /// Success.
@@ -1020,6 +1021,59 @@ pub unsafe extern "C" fn rnic_vip_trace_write(
             .trace()
             .ok_or_else(|| invalid("no trace was started (rnic_vip_trace_start)"))?;
         std::fs::write(&path, trace.to_perfetto_json(pid, &name)).map_err(|e| VipError::Io(format!("{path}: {e}")))?;
+        Ok(RNIC_VIP_OK)
+    })
+}
+
+/// Starts recording every input and output of the device (before its first input; the
+/// device must use the model's own memory, not callbacks).
+///
+/// # Safety
+/// `device` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_record_start(device: *mut RnicVipDevice) -> i32 {
+    with_device(device, |session| session.start_recording().map(|_| RNIC_VIP_OK))
+}
+
+/// Writes the recording to the file `path` (JSON lines: the configuration, then one event
+/// a line). `RNIC_VIP_E_INVALID` when no recording was started.
+///
+/// # Safety
+/// `device` is a live handle; `path` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_record_write(device: *mut RnicVipDevice, path: *const c_char) -> i32 {
+    // SAFETY: a NUL-terminated string (the caller's contract).
+    let path = match unsafe { text(path, "path") } {
+        Ok(path) => path.to_owned(),
+        Err(error) => {
+            set_error(&error.to_string());
+            return status(&error);
+        }
+    };
+    with_device(device, |session| {
+        let text = session
+            .recording_text()
+            .ok_or_else(|| invalid("no recording was started (rnic_vip_record_start)"))?;
+        std::fs::write(&path, text).map_err(|e| VipError::Io(format!("{path}: {e}")))?;
+        Ok(RNIC_VIP_OK)
+    })
+}
+
+/// Replays the recording in the file `path` on a fresh device and compares every event:
+/// `RNIC_VIP_OK` when all match (their number stored in `events`), `RNIC_VIP_E_MISMATCH`
+/// with the first divergence (event index, both sides) in `rnic_vip_last_error`.
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `events` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_replay(path: *const c_char, events: *mut u64) -> i32 {
+    guard(|| {
+        // SAFETY: a NUL-terminated string (the caller's contract).
+        let path = unsafe { text(path, "path") }?;
+        let recording = std::fs::read_to_string(path).map_err(|e| VipError::Io(format!("{path}: {e}")))?;
+        let matched = replay::replay(&recording)?;
+        // SAFETY: null or valid (the caller's contract).
+        unsafe { store(events, matched as u64) };
         Ok(RNIC_VIP_OK)
     })
 }

@@ -98,6 +98,7 @@ int main(void) {
     /* The model's own memory (backdoor regions). */
     CHECK(rnic_vip_create("mac = \"02:00:00:00:00:01\"\nmemory = [{ base = 0x10000000, size = 0x100000 }]", NULL,
                           &device) == RNIC_VIP_OK, "create");
+    CHECK(rnic_vip_record_start(device) == RNIC_VIP_OK, "record");
     uint32_t id = 0;
     CHECK(rnic_vip_bar_read32(device, 0, 0, &id) == RNIC_VIP_OK && id == 0xFFFFFFFFu, "decoding off: %x", id);
     enable(device);
@@ -145,6 +146,14 @@ int main(void) {
           "the coverage file names its schema: %s", head);
     if (coverage) fclose(coverage);
     remove(coverage_path);
+    char recording_path[64];
+    snprintf(recording_path, sizeof recording_path, "/tmp/rnicvip-abi-recording-%ld.jsonl", (long)clock());
+    CHECK(rnic_vip_record_write(device, recording_path) == RNIC_VIP_OK, "record write");
+    uint64_t replayed = 0;
+    CHECK(rnic_vip_replay(recording_path, &replayed) == RNIC_VIP_OK && replayed > 20, "replay: %llu events",
+          (unsigned long long)replayed);
+    remove(recording_path);
+    CHECK(rnic_vip_replay("/nonexistent-dir/recording.jsonl", NULL) == RNIC_VIP_E_IO, "replay of nothing");
     rnic_vip_destroy(device);
     rnic_vip_destroy(NULL);
 

@@ -12,6 +12,8 @@
 //! * [`codec`]: the RoCEv2 header codec for stimulus and checking.
 //! * [`coverage`]: functional coverage collected by a session, exported as JSON, merged
 //!   and reported (the `rnic-vip coverage` command).
+//! * [`replay`]: record a session's inputs and outputs, replay them, report the first
+//!   divergence.
 //! * [`trace`]: pipeline stages, frames, MMIO and MSI-X on virtual time, in the
 //!   Chrome/Perfetto JSON trace format.
 //!
@@ -23,6 +25,7 @@ pub mod codec;
 pub mod config;
 pub mod coverage;
 pub mod layout;
+pub mod replay;
 pub mod session;
 pub mod sv_package;
 pub mod trace;

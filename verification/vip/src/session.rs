@@ -17,6 +17,7 @@ use rnic_hw_model::{Device, HostMemory, PagedMemory, Picoseconds};
 
 use crate::config::SessionConfig;
 use crate::coverage::Coverage;
+use crate::replay::{self, Event};
 use crate::trace::{Trace, Track};
 use crate::VipError;
 
@@ -106,6 +107,10 @@ pub struct Session {
     coverage: Coverage,
     /// The trace, once [`Session::start_trace`] was called.
     trace: Option<Trace>,
+    /// Inputs and outputs, once [`Session::start_recording`] was called.
+    recording: Option<Vec<Event>>,
+    /// Whether any input reached the device (a recording must start before).
+    touched: bool,
 }
 
 impl std::fmt::Debug for Session {
@@ -150,6 +155,8 @@ impl Session {
             transmitted: VecDeque::new(),
             coverage: Coverage::new(),
             trace: None,
+            recording: None,
+            touched: false,
         })
     }
 
@@ -188,6 +195,7 @@ impl Session {
                 self.device.now().0
             )));
         }
+        self.record(|| Event::AdvanceTo { time_ps: t.0 });
         while let Some(next) = self.device.next_event_time().filter(|next| *next <= t) {
             self.device.advance_to(next);
             self.collect();
@@ -200,6 +208,7 @@ impl Session {
     /// Runs until nothing is pending or the next event is past `limit`; returns the time
     /// reached.
     pub fn run_until_idle(&mut self, limit: Picoseconds) -> Picoseconds {
+        self.record(|| Event::RunUntilIdle { limit_ps: limit.0 });
         while let Some(next) = self.device.next_event_time().filter(|next| *next <= limit) {
             self.device.advance_to(next);
             self.collect();
@@ -223,12 +232,26 @@ impl Session {
                 );
             }
         }
+        if let Some(recording) = self.recording.as_mut() {
+            recording.extend(messages.iter().map(|message| Event::Msix {
+                time_ps: now.0,
+                vector: message.vector,
+                address: message.address,
+                data: message.data,
+            }));
+        }
         self.msix
             .extend(messages.into_iter().map(|message| MsixEvent { time: now, message }));
         while let Some(frame) = self.device.poll_transmit() {
             self.coverage.sample_frame("transmitted", &frame);
             if let Some(trace) = self.trace.as_mut() {
                 trace.add_frame(now, "frame out", &frame);
+            }
+            if let Some(recording) = self.recording.as_mut() {
+                recording.push(Event::FrameOut {
+                    time_ps: now.0,
+                    frame: replay::hex(&frame),
+                });
             }
             self.transmitted.push_back(FrameEvent { time: now, frame });
         }
@@ -237,13 +260,24 @@ impl Session {
     /// Reads configuration space.
     pub fn config_read(&mut self, offset: usize, data: &mut [u8]) -> Result<(), VipError> {
         check_config_access(offset, data.len())?;
+        let length = data.len();
+        self.record(|| Event::ConfigRead { offset, length });
         self.device.config_read(offset, data);
+        if let Some(recording) = self.recording.as_mut() {
+            recording.push(Event::ReadData {
+                data: replay::hex(data),
+            });
+        }
         Ok(())
     }
 
     /// Writes configuration space.
     pub fn config_write(&mut self, offset: usize, data: &[u8]) -> Result<(), VipError> {
         check_config_access(offset, data.len())?;
+        self.record(|| Event::ConfigWrite {
+            offset,
+            data: replay::hex(data),
+        });
         self.device.config_write(offset, data);
         self.collect();
         Ok(())
@@ -252,7 +286,14 @@ impl Session {
     /// Reads a BAR (1, 2, 4 or 8 bytes).
     pub fn bar_read(&mut self, bar: u8, offset: u64, data: &mut [u8]) -> Result<(), VipError> {
         check_bar_access(offset, data.len())?;
+        let length = data.len();
+        self.record(|| Event::BarRead { bar, offset, length });
         self.device.bar_read(bar, offset, data);
+        if let Some(recording) = self.recording.as_mut() {
+            recording.push(Event::ReadData {
+                data: replay::hex(data),
+            });
+        }
         self.collect();
         Ok(())
     }
@@ -260,6 +301,11 @@ impl Session {
     /// Writes a BAR (1, 2, 4 or 8 bytes).
     pub fn bar_write(&mut self, bar: u8, offset: u64, data: &[u8]) -> Result<(), VipError> {
         check_bar_access(offset, data.len())?;
+        self.record(|| Event::BarWrite {
+            bar,
+            offset,
+            data: replay::hex(data),
+        });
         if let Some(trace) = self.trace.as_mut() {
             let mut value = [0u8; 8];
             value[..data.len()].copy_from_slice(data);
@@ -281,7 +327,11 @@ impl Session {
     }
 
     /// Writes host memory (as [`Session::memory_read`]).
-    pub fn memory_write(&self, address: u64, data: &[u8]) -> Result<(), VipError> {
+    pub fn memory_write(&mut self, address: u64, data: &[u8]) -> Result<(), VipError> {
+        self.record(|| Event::MemoryWrite {
+            address,
+            data: replay::hex(data),
+        });
         self.host_memory().write(address, data).map_err(VipError::Memory)
     }
 
@@ -305,6 +355,9 @@ impl Session {
                 frame.len()
             )));
         }
+        self.record(|| Event::ReceiveFrame {
+            frame: replay::hex(frame),
+        });
         self.coverage.sample_frame("received", frame);
         if let Some(trace) = self.trace.as_mut() {
             trace.add_frame(self.device.now(), "frame in", frame);
@@ -312,6 +365,48 @@ impl Session {
         self.device.receive_frame(frame);
         self.collect();
         Ok(())
+    }
+
+    /// Starts recording inputs and outputs (crate::replay). Only before the first input,
+    /// and only with the model's own memory (the testbench's DMA answers are not recorded).
+    pub fn start_recording(&mut self) -> Result<(), VipError> {
+        if self.touched {
+            return Err(VipError::Invalid(
+                "a recording starts before the session's first input".into(),
+            ));
+        }
+        if self.backdoor.is_none() {
+            return Err(VipError::Invalid(
+                "recording needs the model's own memory: DMA through the testbench's callbacks is not recorded".into(),
+            ));
+        }
+        self.recording = Some(Vec::new());
+        Ok(())
+    }
+
+    /// The events recorded so far.
+    pub fn recording(&self) -> Option<&[Event]> {
+        self.recording.as_deref()
+    }
+
+    /// The recording as text: the configuration, then one event a line (JSON lines).
+    pub fn recording_text(&self) -> Option<String> {
+        let events = self.recording.as_ref()?;
+        Some(replay::to_text(&self.config.to_json(), events))
+    }
+
+    fn record(&mut self, event: impl FnOnce() -> Event) {
+        self.touched = true;
+        if let Some(recording) = self.recording.as_mut() {
+            recording.push(event());
+        }
+    }
+
+    /// Has the device write its cached contexts back to host memory (what a backdoor
+    /// context read does first).
+    pub fn write_back_contexts(&mut self) {
+        self.record(|| Event::ContextWriteBack);
+        self.device.write_back_contexts();
     }
 
     /// Starts a trace (crate::trace): from now on the timing model's charges, frames,
@@ -350,7 +445,7 @@ impl Session {
     /// cached contexts back (the state a QUERY mailbox would return), without a command:
     /// a backdoor read. `data.len()` bytes from the context's start.
     pub fn context_read(&mut self, table: ContextTable, index: u32, data: &mut [u8]) -> Result<(), VipError> {
-        self.device.write_back_contexts();
+        self.write_back_contexts();
         let address = self
             .device
             .context_address(table, index)

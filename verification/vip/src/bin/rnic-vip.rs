@@ -1,6 +1,7 @@
 //! `rnic-vip`: the verification IP's command line. `rnic-vip coverage merge` adds coverage
 //! files of many runs into one; `rnic-vip coverage report` prints the table and the holes;
-//! `rnic-vip trace check` checks Perfetto JSON traces. See `docs/guides/verification.md`.
+//! `rnic-vip trace check` checks Perfetto JSON traces; `rnic-vip replay` replays a
+//! recording. See `docs/guides/verification.md`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,6 +25,11 @@ enum Command {
     /// Traces (Chrome/Perfetto JSON).
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// Replays a recording (JSON lines) and reports the first event that differs.
+    Replay {
+        /// The recording.
+        recording: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -84,6 +90,11 @@ fn run(cli: Cli) -> Result<(), String> {
             );
         }
         Command::Coverage(CoverageCommand::Report { inputs }) => print!("{}", load(&inputs)?.report()),
+        Command::Replay { recording } => {
+            let text = std::fs::read_to_string(&recording).map_err(|e| format!("{}: {e}", recording.display()))?;
+            let events = rnic_vip::replay::replay(&text).map_err(|e| format!("{}: {e}", recording.display()))?;
+            println!("{}: {events} events replayed identically", recording.display());
+        }
         Command::Trace(TraceCommand::Check { inputs }) => {
             for path in inputs {
                 let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
