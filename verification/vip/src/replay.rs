@@ -115,7 +115,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 fn unhex(text: &str) -> Result<Vec<u8>, VipError> {
     let bad = || VipError::Invalid(format!("recording: {text:?} is not hex bytes"));
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return Err(bad());
     }
     (0..text.len())
