@@ -1,14 +1,13 @@
-//! A session's configuration, from TOML or JSON text (the C ABI and the Python module
-//! pass it as a string, so one format serves every binding).
+//! A session's configuration, from TOML or JSON text (the C ABI passes it as a
+//! string, so one format serves every binding).
 //!
 //! ```toml
 //! mac = "02:52:4e:49:43:01"
 //! preset = "hns-100g"            # or hns-25g, ideal
 //! timing = { pcie_lanes = 4 }    # any timing parameter (docs/timing.md)
 //! memory = [{ base = 0x1000_0000, size = 0x100_0000 }]   # backdoor regions
-//! trace = true                   # keep pipeline events (crate::trace)
-//! coverage = true                # collect functional coverage (crate::coverage)
-//! record = true                  # record every external input (crate::replay)
+//! trace = true                   # trace from creation (crate::trace)
+//! record = true                  # record from creation (crate::replay; model's memory only)
 //! ```
 
 use std::collections::BTreeMap;
@@ -44,11 +43,9 @@ pub struct SessionConfig {
     /// Backdoor host memory regions (ignored when the testbench supplies host memory
     /// through callbacks, which must then be the only memory).
     pub memory: Vec<Region>,
-    /// Keep a trace of pipeline events.
+    /// Trace from creation (as `Session::start_trace`).
     pub trace: bool,
-    /// Collect functional coverage.
-    pub coverage: bool,
-    /// Record every external input for replay.
+    /// Record every input and output from creation (as `Session::start_recording`).
     pub record: bool,
 }
 
@@ -64,7 +61,6 @@ impl Default for SessionConfig {
                 size: 16 << 20,
             }],
             trace: false,
-            coverage: false,
             record: false,
         }
     }

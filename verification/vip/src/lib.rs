@@ -1,8 +1,8 @@
 //! # rnic-vip — verification IP over the rnic-emu model
 //!
 //! What a verification engineer needs to check NIC RTL against the model, in one Rust
-//! library that the C ABI (`verification/capi`, for SystemVerilog through DPI-C) and the
-//! Python module (`verification/python`, for cocotb) wrap:
+//! library that the C ABI (`verification/capi`: SystemVerilog through DPI-C, C/C++, and
+//! Python through ctypes, as the cocotb example does) wraps:
 //!
 //! * [`session`]: one model instance driven by transactions — configuration and BAR
 //!   accesses, host memory (backdoor regions or the testbench's, through a [`HostBus`]),

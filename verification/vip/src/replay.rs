@@ -316,6 +316,16 @@ mod tests {
     }
 
     #[test]
+    fn the_configuration_flags_start_a_recording_and_a_trace_at_creation() {
+        let mut session = Session::new(&format!("{CONFIG}\nrecord = true\ntrace = true"), None).unwrap();
+        session.config_write(0x04, &[0x06, 0x00]).unwrap();
+        assert_eq!(session.recording().unwrap().len(), 1);
+        assert!(session.trace().is_some());
+        let text = session.recording_text().unwrap();
+        assert_eq!(replay(&text).unwrap(), 1);
+    }
+
+    #[test]
     fn recording_starts_before_any_input_and_needs_the_models_memory() {
         let mut session = Session::new(CONFIG, None).unwrap();
         session.config_write(0x04, &[0x06, 0x00]).unwrap();

@@ -145,7 +145,7 @@ impl Session {
         };
         let sink = MsixQueue::default();
         let device = Device::new(device_config, memory.clone(), Box::new(sink.clone()));
-        Ok(Self {
+        let mut session = Self {
             config,
             device,
             memory,
@@ -157,7 +157,14 @@ impl Session {
             trace: None,
             recording: None,
             touched: false,
-        })
+        };
+        if session.config.trace {
+            session.start_trace();
+        }
+        if session.config.record {
+            session.start_recording()?;
+        }
+        Ok(session)
     }
 
     /// The configuration the session was made with.
