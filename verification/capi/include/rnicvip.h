@@ -11,8 +11,9 @@
 // The ABI version: major in bits 31:16, minor in 15:0. A new minor adds functions; a
 // new major changes or removes some. 1.1 added `rnic_vip_frame_decode`,
 // `rnic_vip_frame_encode`, `rnic_vip_coverage_write`, `rnic_vip_trace_start`,
-// `rnic_vip_trace_write`, `rnic_vip_record_start`, `rnic_vip_record_write` and
-// `rnic_vip_replay`.
+// `rnic_vip_trace_write`, `rnic_vip_record_start`, `rnic_vip_record_write`,
+// `rnic_vip_replay`, `rnic_vip_check_start`, `rnic_vip_check_frame` and
+// `rnic_vip_check_finish`.
 #define RNIC_VIP_ABI_VERSION ((1 << 16) | 1)
 
 // Success.
@@ -47,6 +48,9 @@
 
 // A frame could not be decoded or encoded.
 #define RNIC_VIP_E_CODEC -9
+
+// `tolerance_ps` of `rnic_vip_check_start` that leaves transmit times uncompared.
+#define RNIC_VIP_TIME_ANY UINT64_MAX
 
 // One model instance (opaque).
 typedef struct rnic_vip_device rnic_vip_device;
@@ -342,6 +346,30 @@ int32_t rnic_vip_record_write(rnic_vip_device *device, const char *path);
 // # Safety
 // `path` is a NUL-terminated string; `events` is NULL or valid for a write.
 int32_t rnic_vip_replay(const char *path, uint64_t *events);
+
+// Starts checking the DUT's port against this device's (the model run on the same
+// stimulus): every frame the model transmits from now on is expected from the DUT too.
+// `tolerance_ps` bounds |DUT time − model time| (`RNIC_VIP_TIME_ANY`: not compared).
+//
+// # Safety
+// `device` is a live handle.
+int32_t rnic_vip_check_start(rnic_vip_device *device, uint64_t tolerance_ps);
+
+// The DUT transmitted `frame` at `time_ps`: compared with the model's next frame for the
+// same destination QP (frames of different QPs may interleave). `RNIC_VIP_E_MISMATCH`
+// with the difference (frame number, QP, field, both values) in `rnic_vip_last_error`.
+//
+// # Safety
+// `device` is a live handle; `frame` is valid for `length` bytes.
+int32_t rnic_vip_check_frame(rnic_vip_device *device, uint64_t time_ps, const uint8_t *frame, size_t length);
+
+// Ends the check: stores the number of mismatches (frames the model sent and the DUT did
+// not included) in `mismatches`; `RNIC_VIP_E_MISMATCH` when there is any, with the first
+// divergence in `rnic_vip_last_error`.
+//
+// # Safety
+// `device` is a live handle; `mismatches` is NULL or valid for a write.
+int32_t rnic_vip_check_finish(rnic_vip_device *device, uint64_t *mismatches);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -27,8 +27,9 @@ use rnic_vip::{codec, layout, replay, HostBus, Session, VipError};
 /// The ABI version: major in bits 31:16, minor in 15:0. A new minor adds functions; a
 /// new major changes or removes some. 1.1 added `rnic_vip_frame_decode`,
 /// `rnic_vip_frame_encode`, `rnic_vip_coverage_write`, `rnic_vip_trace_start`,
-/// `rnic_vip_trace_write`, `rnic_vip_record_start`, `rnic_vip_record_write` and
-/// `rnic_vip_replay`.
+/// `rnic_vip_trace_write`, `rnic_vip_record_start`, `rnic_vip_record_write`,
+/// `rnic_vip_replay`, `rnic_vip_check_start`, `rnic_vip_check_frame` and
+/// `rnic_vip_check_finish`.
 pub const RNIC_VIP_ABI_VERSION: u32 = 1 << 16 | 1;
 
 /// Success.
@@ -1075,5 +1076,67 @@ pub unsafe extern "C" fn rnic_vip_replay(path: *const c_char, events: *mut u64) 
         // SAFETY: null or valid (the caller's contract).
         unsafe { store(events, matched as u64) };
         Ok(RNIC_VIP_OK)
+    })
+}
+
+/// `tolerance_ps` of `rnic_vip_check_start` that leaves transmit times uncompared.
+pub const RNIC_VIP_TIME_ANY: u64 = u64::MAX;
+
+/// Starts checking the DUT's port against this device's (the model run on the same
+/// stimulus): every frame the model transmits from now on is expected from the DUT too.
+/// `tolerance_ps` bounds |DUT time − model time| (`RNIC_VIP_TIME_ANY`: not compared).
+///
+/// # Safety
+/// `device` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_check_start(device: *mut RnicVipDevice, tolerance_ps: u64) -> i32 {
+    with_device(device, |session| {
+        session.start_check((tolerance_ps != RNIC_VIP_TIME_ANY).then_some(Picoseconds(tolerance_ps)));
+        Ok(RNIC_VIP_OK)
+    })
+}
+
+/// The DUT transmitted `frame` at `time_ps`: compared with the model's next frame for the
+/// same destination QP (frames of different QPs may interleave). `RNIC_VIP_E_MISMATCH`
+/// with the difference (frame number, QP, field, both values) in `rnic_vip_last_error`.
+///
+/// # Safety
+/// `device` is a live handle; `frame` is valid for `length` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_check_frame(
+    device: *mut RnicVipDevice,
+    time_ps: u64,
+    frame: *const u8,
+    length: usize,
+) -> i32 {
+    with_device(device, |session| {
+        // SAFETY: valid for `length` bytes (the caller's contract).
+        let frame = unsafe { bytes(frame, length) }?;
+        match session.check_frame(Picoseconds(time_ps), frame)? {
+            None => Ok(RNIC_VIP_OK),
+            Some(mismatch) => Err(VipError::Mismatch(mismatch.to_string())),
+        }
+    })
+}
+
+/// Ends the check: stores the number of mismatches (frames the model sent and the DUT did
+/// not included) in `mismatches`; `RNIC_VIP_E_MISMATCH` when there is any, with the first
+/// divergence in `rnic_vip_last_error`.
+///
+/// # Safety
+/// `device` is a live handle; `mismatches` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_check_finish(device: *mut RnicVipDevice, mismatches: *mut u64) -> i32 {
+    with_device(device, |session| {
+        let all = session.finish_check()?;
+        // SAFETY: null or valid (the caller's contract).
+        unsafe { store(mismatches, all.len() as u64) };
+        match all.first() {
+            None => Ok(RNIC_VIP_OK),
+            Some(first) => Err(VipError::Mismatch(format!(
+                "{} mismatch(es); first divergence: {first}",
+                all.len()
+            ))),
+        }
     })
 }

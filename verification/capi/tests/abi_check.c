@@ -146,6 +146,19 @@ int main(void) {
           "the coverage file names its schema: %s", head);
     if (coverage) fclose(coverage);
     remove(coverage_path);
+    /* The checker: a DUT frame the model never sent is a mismatch that names it. */
+    uint8_t dut[128];
+    size_t dut_length = 0;
+    CHECK(rnic_vip_check_frame(device, 0, dut, 4) == RNIC_VIP_E_INVALID, "no check started");
+    CHECK(rnic_vip_check_start(device, RNIC_VIP_TIME_ANY) == RNIC_VIP_OK, "check start");
+    CHECK(rnic_vip_frame_encode("bth.opcode=0x04 bth.dqpn=0x42", NULL, 0, dut, sizeof dut, &dut_length) ==
+          RNIC_VIP_OK, "encode for the checker");
+    CHECK(rnic_vip_check_frame(device, 0, dut, dut_length) == RNIC_VIP_E_MISMATCH &&
+              strstr(rnic_vip_last_error(), "frame 0 (QP 66), field frame: model nothing"),
+          "unexpected frame: %s", rnic_vip_last_error());
+    uint64_t mismatches = 0;
+    CHECK(rnic_vip_check_finish(device, &mismatches) == RNIC_VIP_E_MISMATCH && mismatches == 1, "finish: %llu",
+          (unsigned long long)mismatches);
     char recording_path[64];
     snprintf(recording_path, sizeof recording_path, "/tmp/rnicvip-abi-recording-%ld.jsonl", (long)clock());
     CHECK(rnic_vip_record_write(device, recording_path) == RNIC_VIP_OK, "record write");

@@ -10,6 +10,8 @@
 //! * [`layout`]: the driver↔device layouts of `firmware-if` by name, so a testbench in
 //!   any language builds contexts and WQEs from the register map's own table.
 //! * [`codec`]: the RoCEv2 header codec for stimulus and checking.
+//! * [`checker`]: the DUT's transmitted frames checked against the model's, per QP in
+//!   order, with mismatches accumulated (ibex-cosim shaped).
 //! * [`coverage`]: functional coverage collected by a session, exported as JSON, merged
 //!   and reported (the `rnic-vip coverage` command).
 //! * [`replay`]: record a session's inputs and outputs, replay them, report the first
@@ -21,6 +23,7 @@
 //! `docs/guides/verification.md`.
 #![deny(unsafe_code)]
 
+pub mod checker;
 pub mod codec;
 pub mod config;
 pub mod coverage;

@@ -15,6 +15,7 @@ use rnic_hw_model::interrupt::{InterruptSink, MsixMessage};
 use rnic_hw_model::memory::{AccessKind, Backing, MemoryError, FRAME_SIZE};
 use rnic_hw_model::{Device, HostMemory, PagedMemory, Picoseconds};
 
+use crate::checker::{Checker, Mismatch};
 use crate::config::SessionConfig;
 use crate::coverage::Coverage;
 use crate::replay::{self, Event};
@@ -111,6 +112,8 @@ pub struct Session {
     recording: Option<Vec<Event>>,
     /// Whether any input reached the device (a recording must start before).
     touched: bool,
+    /// The port checker, once [`Session::start_check`] was called.
+    checker: Option<Checker>,
 }
 
 impl std::fmt::Debug for Session {
@@ -157,6 +160,7 @@ impl Session {
             trace: None,
             recording: None,
             touched: false,
+            checker: None,
         };
         if session.config.trace {
             session.start_trace();
@@ -253,6 +257,12 @@ impl Session {
             self.coverage.sample_frame("transmitted", &frame);
             if let Some(trace) = self.trace.as_mut() {
                 trace.add_frame(now, "frame out", &frame);
+            }
+            if let Some(checker) = self.checker.as_mut() {
+                checker.expect(FrameEvent {
+                    time: now,
+                    frame: frame.clone(),
+                });
             }
             if let Some(recording) = self.recording.as_mut() {
                 recording.push(Event::FrameOut {
@@ -372,6 +382,32 @@ impl Session {
         self.device.receive_frame(frame);
         self.collect();
         Ok(())
+    }
+
+    /// Starts checking a DUT's port against the model's (crate::checker): from now on
+    /// every frame the model transmits is expected from the DUT too; `tolerance` bounds
+    /// the difference of transmit times (None: not compared). Starting again starts afresh.
+    pub fn start_check(&mut self, tolerance: Option<Picoseconds>) {
+        self.checker = Some(Checker::new(tolerance));
+    }
+
+    /// The DUT transmitted `frame` at `time`: the mismatch with the model's frame, if any.
+    pub fn check_frame(&mut self, time: Picoseconds, frame: &[u8]) -> Result<Option<Mismatch>, VipError> {
+        let checker = self
+            .checker
+            .as_mut()
+            .ok_or_else(|| VipError::Invalid("no check was started".into()))?;
+        Ok(checker.notify_frame(time, frame))
+    }
+
+    /// Ends the check: every mismatch, the first divergence first (frames the model sent
+    /// and the DUT did not included).
+    pub fn finish_check(&mut self) -> Result<Vec<Mismatch>, VipError> {
+        let checker = self
+            .checker
+            .as_mut()
+            .ok_or_else(|| VipError::Invalid("no check was started".into()))?;
+        Ok(checker.finish().to_vec())
     }
 
     /// Starts recording inputs and outputs (crate::replay). Only before the first input,
