@@ -979,7 +979,7 @@ impl Device {
     pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
         match self.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
             DoorbellOutcome::Done => {}
-            DoorbellOutcome::Flush { address, qpc } => self.qps.flush(&mut qp_wiring!(self), qpn, address, *qpc),
+            DoorbellOutcome::Flush { address, qpc } => self.qps.flush(&mut qp_wiring!(self), qpn, address, qpc),
             DoorbellOutcome::SendQueue(producer_index) => self.transport_sq_doorbell(qpn, producer_index),
             DoorbellOutcome::ReceiveQueue(producer_index) => self.transport_rq_doorbell(qpn, producer_index),
         }
