@@ -762,6 +762,13 @@ impl Device {
         self.contexts.write_back(&mut self.bus);
     }
 
+    /// Bus address of object `index` of context table `table`, found as the device finds
+    /// it (through the table's BT pages, or the address it remembers): for a testbench's
+    /// backdoor reads of contexts. None when the object has no slot or the walk fails.
+    pub fn context_address(&mut self, table: ContextTableId, index: u32) -> Option<u64> {
+        self.contexts.address(&self.bus, table, index).ok()
+    }
+
     /// Writes the cached contexts back and forgets them with the CQ buffer records that
     /// lean on them.
     fn drop_context_cache(&mut self) {

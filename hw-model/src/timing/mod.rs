@@ -481,6 +481,20 @@ pub struct TimingModel {
     /// miss, which needs both): the parameters never change, and every page of every
     /// payload access asks.
     mtt_costs: Option<(Picoseconds, u64)>,
+    /// Every charge since the last [`TimingModel::take_stage_log`], when a trace asked for
+    /// them (verification traces); None (the default) records nothing.
+    stage_log: Option<Vec<StageCharge>>,
+}
+
+/// One charge of a stage, as a trace records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageCharge {
+    /// The stage charged.
+    pub stage: Stage,
+    /// Its cost, ps.
+    pub cost: Picoseconds,
+    /// The QP of the frame being built or received.
+    pub qpn: u32,
 }
 
 impl TimingModel {
@@ -495,7 +509,18 @@ impl TimingModel {
             mtt_misses: 0,
             mtt_hits: 0,
             frame: FrameCharges::default(),
+            stage_log: None,
         }
+    }
+
+    /// Starts (`true`) or stops keeping every charge for [`TimingModel::take_stage_log`].
+    pub fn set_stage_log(&mut self, on: bool) {
+        self.stage_log = on.then(Vec::new);
+    }
+
+    /// The charges kept since the last call (empty when the log is off).
+    pub fn take_stage_log(&mut self) -> Vec<StageCharge> {
+        self.stage_log.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The parameters.
@@ -520,6 +545,13 @@ impl TimingModel {
     pub fn record(&mut self, stage: Stage, cost: Picoseconds) {
         self.totals.count[stage as usize] += 1;
         self.totals.total_ps[stage as usize] += cost.0;
+        if let Some(log) = self.stage_log.as_mut() {
+            log.push(StageCharge {
+                stage,
+                cost,
+                qpn: self.frame.qpn,
+            });
+        }
         tracing::trace!(target: "rnic::timing", stage = stage.name(), ps = cost.0, qpn = self.frame.qpn);
     }
 
