@@ -303,11 +303,13 @@ fn fio_rdma_read_with_verify() {
 /// Channel semantics: the client's SENDs land in receives the server posts one per I/O.
 /// fio connects with `rnr_retry_count` 0 on both sides (its `rdma_conn_param` is zeroed), so
 /// a SEND that finds no receive fails at once with `IBV_WC_RNR_RETRY_EXC_ERR`, on any RDMA
-/// device; fio's engine advises a receiving side deeper than the sending side, as here.
-/// It passes only if the server's receives are posted while the client runs ahead by at
-/// most that depth: a connection manager thread that spun while idle (it did) starved the
-/// server's progress thread on a small host until its receives ran out.
+/// device; fio's engine advises a receiving side deeper than the sending side. Here the
+/// server posts a receive for every one of the 64 messages before the client, which
+/// sleeps 0.5 s after connecting, sends the first: the exchange cannot race. (At depth
+/// 16 it passes as long as the server's process is never 16 messages behind; a
+/// connection manager thread that spun while idle, as ours did, starved it that long on
+/// a 2-core host.)
 #[test]
 fn fio_send_with_verify() {
-    fio_with("send", 22, &["--iodepth=16"]);
+    fio_with("send", 22, &["--iodepth=64"]);
 }
