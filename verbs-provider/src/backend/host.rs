@@ -15,7 +15,10 @@
 //!   on a byte of its buffer — still sees its traffic progress.
 //! * **Interrupts.** MSI-X messages are recorded; the progress thread calls the handler
 //!   set with [`HostNic::set_interrupt_handler`] (the C library's: it processes the event
-//!   queues and wakes completion channels) without holding any lock of the NIC.
+//!   queues and wakes completion channels) without holding any lock of the NIC. A thread
+//!   waiting for an interrupt ([`DeviceAccess::wait_interrupt`]: the connection manager's,
+//!   a mailbox command's) sleeps on a condition variable that every message rings, so an
+//!   idle process uses no CPU while the progress thread moves its traffic.
 //! * **Memory.** The device sees one [`HostMemory`]: the driver's DMA buffers (a
 //!   [`PagedMemory`] below [`APPLICATION_BASE`]) and, above it, the application ranges
 //!   registered with [`DeviceAccess::register_application_memory`] at
@@ -30,7 +33,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -219,11 +222,48 @@ struct NotifyingSink {
     messages: RecordingSink,
     pending: Arc<AtomicBool>,
     wake: Arc<std::fs::File>,
+    bell: Arc<InterruptBell>,
+}
+
+/// Counts MSI-X messages and wakes the threads in [`DeviceAccess::wait_interrupt`].
+/// Whoever takes the messages (the progress thread's handler takes every vector), a
+/// waiter still learns that one fired and looks at what it waits for.
+#[derive(Default)]
+struct InterruptBell {
+    rung: Mutex<u64>,
+    ringing: Condvar,
+}
+
+impl InterruptBell {
+    fn ring(&self) {
+        *lock(&self.rung) += 1;
+        self.ringing.notify_all();
+    }
+
+    fn count(&self) -> u64 {
+        *lock(&self.rung)
+    }
+
+    /// Sleeps until the count differs from `seen` or `deadline` passes.
+    fn wait_past(&self, seen: u64, deadline: Instant) {
+        let mut rung = lock(&self.rung);
+        while *rung == seen {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            rung = match self.ringing.wait_timeout(rung, deadline - now) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
 }
 
 impl InterruptSink for NotifyingSink {
     fn deliver(&mut self, message: MsixMessage) {
         self.messages.deliver(message);
+        self.bell.ring();
         if !self.pending.swap(true, Ordering::AcqRel) {
             use std::io::Write;
             // A full eventfd counter means a wake-up is pending anyway.
@@ -241,6 +281,8 @@ struct Shared {
     handler: Mutex<Option<InterruptHandler>>,
     /// Set by the sink when a message arrives; the progress thread runs the handler.
     interrupted: Arc<AtomicBool>,
+    /// Rung by the sink for every message: wakes [`DeviceAccess::wait_interrupt`].
+    bell: Arc<InterruptBell>,
     /// Wakes the progress thread (doorbells, interrupts, shutdown): an eventfd.
     wake: Arc<std::fs::File>,
     /// Wall time (ns since the epoch) until which the progress thread sleeps;
@@ -371,6 +413,7 @@ impl HostNic {
             }
         })?));
         let interrupted = Arc::new(AtomicBool::new(false));
+        let bell = Arc::new(InterruptBell::default());
         let device = Device::new(
             config.device.clone(),
             memory.clone() as Arc<dyn HostMemory>,
@@ -378,6 +421,7 @@ impl HostNic {
                 messages: interrupts.clone(),
                 pending: interrupted.clone(),
                 wake: wake.clone(),
+                bell: bell.clone(),
             }),
         );
         let shared = Arc::new(Shared {
@@ -399,6 +443,7 @@ impl HostNic {
             interrupts,
             handler: Mutex::new(None),
             interrupted,
+            bell,
             wake,
             sleeping_until: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
@@ -682,16 +727,19 @@ impl DeviceAccess for HostNic {
         self.shared.interrupts.take().into_iter().map(|m| m.vector).collect()
     }
 
+    /// Sleeps until an MSI-X message fires or the timeout passes; the progress thread
+    /// moves the model meanwhile. When the progress thread's handler took the message
+    /// first, this returns early with no vectors: the caller looks for its work again.
     fn wait_interrupt(&self, timeout_ns: u64) -> Vec<u16> {
         let deadline = Instant::now() + Duration::from_nanos(timeout_ns);
-        loop {
-            self.shared.pump();
-            let fired = self.poll_interrupts();
-            if !fired.is_empty() || Instant::now() >= deadline {
-                return fired;
-            }
-            super::wall_clock_delay(20_000);
+        let seen = self.shared.bell.count();
+        self.shared.pump();
+        let fired = self.poll_interrupts();
+        if !fired.is_empty() {
+            return fired;
         }
+        self.shared.bell.wait_past(seen, deadline);
+        self.poll_interrupts()
     }
 
     /// An empty poll: bring the model up to the wall clock and move frames, so an
@@ -702,5 +750,39 @@ impl DeviceAccess for HostNic {
 
     fn mac_address(&self) -> Option<[u8; 6]> {
         Some(self.shared.config.device.mac_address)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Nanoseconds this thread has run on a CPU (`/proc/thread-self/schedstat`).
+    fn thread_cpu_ns() -> u64 {
+        let text = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
+        text.split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("run time")
+    }
+
+    /// The connection manager's thread waits here between MADs for the life of the
+    /// process: with nothing happening it must sleep, not spin (a spinning waiter in each
+    /// process starves the progress threads of a small host, and a peer then misses its
+    /// receives: RNR NAKs where the application did nothing wrong).
+    #[test]
+    fn waiting_for_an_interrupt_sleeps_until_the_timeout() {
+        let nic = HostNic::open(HostNicConfig {
+            device: DeviceConfig::default(),
+            net: NetSpec::None,
+        })
+        .expect("a NIC without a network");
+        let started = Instant::now();
+        let cpu_before = thread_cpu_ns();
+        let fired = nic.wait_interrupt(300_000_000);
+        let cpu = thread_cpu_ns() - cpu_before;
+        assert!(fired.is_empty(), "no interrupt source exists: {fired:?}");
+        assert!(started.elapsed() >= Duration::from_millis(300), "returned early");
+        assert!(cpu < 30_000_000, "the wait ran on the CPU for {cpu} ns of 300 ms");
     }
 }

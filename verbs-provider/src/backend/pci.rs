@@ -49,6 +49,15 @@
 //!   and copies its bytes into 4 KiB pages of the same pinned memory (anywhere, not
 //!   contiguous) and reports each page's physical address, as the vfio-user backend does
 //!   with its memfd arenas; [`DeviceAccess::unregister_user_memory`] copies them back.
+//!   [`DeviceAccess::register_application_memory`] registers the application's own
+//!   memory **in place** (`ibv_reg_mr` of the drop-in library), as DPDK and SPDK do
+//!   without an IOMMU: the range is locked with `mlock` (resident, never swapped) and
+//!   each 4 KiB page is translated through `/proc/self/pagemap`; the device then reads
+//!   and writes the application's bytes. `mlock` does not count: when one of two
+//!   overlapping registrations goes, the pages the other still covers are locked again.
+//!   Caveats of the method (shared with DPDK): the kernel may still migrate a locked page
+//!   (compaction: `vm.compact_unevictable_allowed=0` forbids it; huge pages are never
+//!   compacted), and after `fork` a copy-on-write fault moves the writer's page.
 //! * **Time** is the wall clock: [`DeviceAccess::delay`] sleeps (spins for short waits),
 //!   [`DeviceAccess::idle`] yields.
 //! * **Failures**: a configuration-space access that fails reads all ones and is logged;
@@ -63,7 +72,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use rnic_firmware_if::{pci, regs};
@@ -71,7 +80,7 @@ use rnic_os::{MappedRegion, PageMap, PageSize, Protection};
 
 use super::dma_pool::{check_dma_request, DmaPool, Registration};
 use super::{lock, wall_clock_delay};
-use crate::device_access::{AccessError, DeviceAccess, DmaBuffer, UserMemory, USER_PAGE_SIZE};
+use crate::device_access::{AccessError, ApplicationRange, DeviceAccess, DmaBuffer, UserMemory, USER_PAGE_SIZE};
 
 /// Where Linux lists PCI functions.
 pub const DEFAULT_SYSFS_ROOT: &str = "/sys/bus/pci/devices";
@@ -369,6 +378,35 @@ pub struct PciDevice {
     chunks: RwLock<BTreeMap<u64, MappedRegion>>,
     /// Free physical ranges (physically adjacent chunks merge), buffers and registrations.
     pool: Mutex<DmaPool>,
+    /// Application memory registered in place, locked with `mlock`.
+    application: Mutex<ApplicationPins>,
+}
+
+/// The application ranges registered in place, by token, and the pagemap that
+/// translated them.
+#[derive(Debug, Default)]
+struct ApplicationPins {
+    pagemap: Option<PageMap>,
+    next_token: u64,
+    /// Token → (virtual address, length).
+    ranges: BTreeMap<u64, (usize, usize)>,
+}
+
+/// Bus (physical) addresses of the 4 KiB pages that hold `address .. address + length`,
+/// the first being the page of `address`: the translation of a locked range.
+fn application_pages(pagemap: &PageMap, address: usize, length: usize) -> Result<Vec<u64>, PciError> {
+    let end = address
+        .checked_add(length)
+        .ok_or_else(|| PciError::Dma(format!("{length} bytes at {address:#x} wrap the address space")))?;
+    let first = address & !(USER_PAGE_SIZE - 1);
+    (first..end)
+        .step_by(USER_PAGE_SIZE)
+        .map(|page| {
+            pagemap
+                .physical_address(page)
+                .map_err(|error| PciError::Dma(format!("application page at {page:#x}: /proc/self/pagemap: {error}")))
+        })
+        .collect()
 }
 
 impl PciDevice {
@@ -442,6 +480,7 @@ impl PciDevice {
             source,
             chunks: RwLock::new(BTreeMap::new()),
             pool: Mutex::new(DmaPool::default()),
+            application: Mutex::new(ApplicationPins::default()),
         };
 
         // No kernel driver enables the function: do it before the first BAR access.
@@ -848,6 +887,63 @@ impl DeviceAccess for PciDevice {
         bytes
     }
 
+    /// Locks the range (`mlock`) and translates its pages through `/proc/self/pagemap`
+    /// (see the module documentation).
+    fn register_application_memory(&self, range: Arc<ApplicationRange>) -> Result<UserMemory, AccessError> {
+        let (address, length) = (range.address(), range.len());
+        if length == 0 {
+            return Err(AccessError::InvalidRequest {
+                reason: "an empty application buffer".into(),
+            });
+        }
+        rnic_os::lock_pages(address, length).map_err(|error| AccessError::InvalidRequest {
+            reason: format!(
+                "mlock of {length} bytes at {address:#x}: {error} (the locked-memory limit is \
+                 `ulimit -l`; root has none)"
+            ),
+        })?;
+        let mut pins = lock(&self.application);
+        if pins.pagemap.is_none() {
+            match PageMap::open_self() {
+                Ok(pagemap) => pins.pagemap = Some(pagemap),
+                Err(error) => {
+                    rnic_os::unlock_pages(address, length);
+                    return Err(io_error(Path::new("/proc/self/pagemap"))(error).into());
+                }
+            }
+        }
+        let pages = application_pages(pins.pagemap.as_ref().expect("opened above"), address, length);
+        let pages = match pages {
+            Ok(pages) => pages,
+            Err(error) => {
+                rnic_os::unlock_pages(address, length);
+                return Err(error.into());
+            }
+        };
+        pins.next_token += 1;
+        let token = pins.next_token;
+        pins.ranges.insert(token, (address, length));
+        Ok(UserMemory::new(pages, length, token))
+    }
+
+    fn unregister_application_memory(&self, memory: UserMemory) {
+        let mut pins = lock(&self.application);
+        let Some((address, length)) = pins.ranges.remove(&memory.token()) else {
+            tracing::error!(target: "rnic_verbs::pci", ?memory, "unregister of application memory never registered");
+            return;
+        };
+        rnic_os::unlock_pages(address, length);
+        // mlock does not count: lock again what other registrations still cover.
+        let end = address + length;
+        for &(other, other_length) in pins.ranges.values() {
+            if other < end && address < other + other_length {
+                if let Err(error) = rnic_os::lock_pages(other, other_length) {
+                    tracing::error!(target: "rnic_verbs::pci", %error, "re-locking an overlapping registration");
+                }
+            }
+        }
+    }
+
     fn delay(&self, nanoseconds: u64) {
         wall_clock_delay(nanoseconds);
     }
@@ -878,6 +974,9 @@ impl Drop for PciDevice {
         let command = pci::offset::COMMAND as u16;
         let value = self.config_read16(command);
         self.config_write16(command, value & !pci::COMMAND_BUS_MASTER);
+        for &(address, length) in lock(&self.application).ranges.values() {
+            rnic_os::unlock_pages(address, length);
+        }
     }
 }
 
@@ -1342,5 +1441,75 @@ mod tests {
             device.register_user_memory(Vec::new()),
             Err(AccessError::InvalidRequest { .. })
         ));
+    }
+
+    /// A stand-in for `/proc/self/pagemap`: `frames[i]` is the entry of virtual page
+    /// `first_page + i` (0: not present).
+    fn fake_pagemap(name: &str, first_page: u64, frames: &[u64]) -> (PathBuf, PageMap) {
+        let path = std::env::temp_dir().join(format!("rnic-pagemap-{name}-{}", std::process::id()));
+        let file = File::create(&path).unwrap();
+        for (i, &frame) in frames.iter().enumerate() {
+            let entry = if frame == 0 {
+                0
+            } else {
+                rnic_os::PAGEMAP_PRESENT | frame
+            };
+            file.write_all_at(&entry.to_le_bytes(), (first_page + i as u64) * 8)
+                .unwrap();
+        }
+        let pagemap = PageMap::open(&path).unwrap();
+        (path, pagemap)
+    }
+
+    #[test]
+    fn application_memory_pages_are_the_frames_of_every_page_it_touches() {
+        if rnic_os::host_page_size() != PAGE {
+            return; // the stand-in has one entry per 4 KiB page
+        }
+        let (path, pagemap) = fake_pagemap("touches", 0x100, &[0x7_0001, 0x3_0002, 0x9_0003, 0x1]);
+        // 8 KiB starting 100 bytes into page 0x100 touch pages 0x100, 0x101 and 0x102.
+        let pages = application_pages(&pagemap, 0x100 * 4096 + 100, 8192).unwrap();
+        assert_eq!(pages, vec![0x7_0001 * PAGE, 0x3_0002 * PAGE, 0x9_0003 * PAGE]);
+        // One byte at the end of a page: that page only.
+        assert_eq!(
+            application_pages(&pagemap, 0x102 * 4096 + 4095, 1).unwrap(),
+            vec![0x9_0003 * PAGE]
+        );
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn application_memory_with_a_page_not_in_ram_is_refused_naming_the_page() {
+        if rnic_os::host_page_size() != PAGE {
+            return;
+        }
+        let (path, pagemap) = fake_pagemap("absent", 0x200, &[0x5_0000, 0]);
+        let error = application_pages(&pagemap, 0x200 * 4096, 8192).unwrap_err().to_string();
+        assert!(error.contains(&format!("{:#x}", 0x201 * 4096)), "{error}");
+        let error = application_pages(&pagemap, usize::MAX - 10, 100)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("wrap"), "{error}");
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// The real thing on this process's own heap: locked, every page has a frame (as
+    /// root; otherwise the kernel hides frame numbers and registration says so).
+    #[test]
+    fn locked_application_memory_translates_through_this_process_pagemap() {
+        let buffer = vec![0x5Au8; 3 * USER_PAGE_SIZE];
+        let (address, length) = (buffer.as_ptr() as usize, buffer.len());
+        rnic_os::lock_pages(address, length).expect("mlock of 12 KiB");
+        let pagemap = PageMap::open_self().unwrap();
+        let result = application_pages(&pagemap, address, length);
+        rnic_os::unlock_pages(address, length);
+        match result {
+            Ok(pages) => {
+                let touched = (address + length - 1) / USER_PAGE_SIZE - address / USER_PAGE_SIZE + 1;
+                assert_eq!(pages.len(), touched);
+                assert!(pages.iter().all(|&p| p != 0 && p % PAGE == 0), "{pages:x?}");
+            }
+            Err(error) => assert!(error.to_string().contains("CAP_SYS_ADMIN"), "{error}"),
+        }
     }
 }

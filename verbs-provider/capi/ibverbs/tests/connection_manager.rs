@@ -295,13 +295,18 @@ fn ib_read_lat_connects_through_rdma_cm() {
 
 /// fio's rdma engine: the reader is the server, the writer the client, `--verify=md5`.
 fn fio(verb: &str, pair: u8) {
+    fio_with(verb, pair, &[]);
+}
+
+/// [`fio`] with more options for the server.
+fn fio_with(verb: &str, pair: u8, server_options: &[&str]) {
     if !require("fio") {
         return;
     }
     let port = format!("--port={}", 19_520 + u32::from(pair));
     let verb = format!("--verb={verb}");
     // The engine first: its options (hostname, port, verb) exist only once it is chosen.
-    let server = vec![
+    let mut server = vec![
         "--name=server",
         "--ioengine=rdma",
         "--rw=read",
@@ -310,6 +315,7 @@ fn fio(verb: &str, pair: u8) {
         "--hostname=SRV",
         &port,
     ];
+    server.extend_from_slice(server_options);
     let client = vec![
         "--name=client",
         "--ioengine=rdma",
@@ -336,4 +342,18 @@ fn fio_rdma_write_with_verify() {
 #[test]
 fn fio_rdma_read_with_verify() {
     fio("read", 21);
+}
+
+/// Channel semantics: the client's SENDs land in receives the server posts one per I/O.
+/// fio connects with `rnr_retry_count` 0 on both sides (its `rdma_conn_param` is zeroed), so
+/// a SEND that finds no receive fails at once with `IBV_WC_RNR_RETRY_EXC_ERR`, on any RDMA
+/// device; fio's engine advises a receiving side deeper than the sending side. Here the
+/// server posts a receive for every one of the 64 messages before the client, which
+/// sleeps 0.5 s after connecting, sends the first: the exchange cannot race. (At depth
+/// 16 it passes as long as the server's process is never 16 messages behind; a
+/// connection manager thread that spun while idle, as ours did, starved it that long on
+/// a 2-core host.)
+#[test]
+fn fio_send_with_verify() {
+    fio_with("send", 22, &["--iodepth=64"]);
 }

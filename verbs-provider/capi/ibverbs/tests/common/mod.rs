@@ -134,6 +134,12 @@ impl Running {
                 Ok(Some(status)) => break status,
                 Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
                 _ => {
+                    // Its descendants first, while they can still be found by their parent:
+                    // a worker that left the process group (fio's job calls setsid) would
+                    // keep the output pipes open and the reading threads waiting.
+                    for pid in descendants(self.child.id()) {
+                        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                    }
                     let _ = self.child.kill();
                     break self.child.wait().expect("reap the program");
                 }
@@ -240,4 +246,34 @@ pub fn perftest_result(stdout: &str) -> Vec<f64> {
         .next()
         .map(|l| l.split_whitespace().filter_map(|w| w.parse().ok()).collect())
         .unwrap_or_default()
+}
+
+/// Every process below `pid` (children, their children, ...), from `/proc`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": the command may hold spaces and parentheses.
+        let ppid = stat
+            .rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parents.push((child, ppid));
+        }
+    }
+    let mut found = vec![pid];
+    let mut index = 0;
+    while index < found.len() {
+        let parent = found[index];
+        found.extend(parents.iter().filter(|&&(_, p)| p == parent).map(|&(c, _)| c));
+        index += 1;
+    }
+    found.remove(0);
+    found
 }
