@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use rnic_firmware_if::doorbell::{DB_OFFSET, EQ_DB_OFFSET};
 use rnic_firmware_if::regs;
 
 use crate::bus::Bus;
@@ -15,6 +14,7 @@ use crate::command::Rejection;
 use crate::config::DeviceConfig;
 use crate::cq::{CompletionQueues, CqError};
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
+use crate::doorbell::{DoorbellRequest, Doorbells};
 use crate::eq::{EqKind, EventQueues};
 use crate::firmware::{CommandQueue, Firmware};
 use crate::hem::Contexts;
@@ -149,8 +149,8 @@ pub struct Device {
     pub(crate) transport: Transport,
     /// The timing model: parameters, caches, per-stage totals.
     pub(crate) timing: TimingModel,
-    /// Low halves of 64-bit doorbells written as two 32-bit stores, per page and register.
-    pub(crate) doorbell_latch: Vec<[Option<u32>; 2]>,
+    /// The doorbell decoder (BAR2).
+    pub(crate) doorbells: Doorbells,
     pub(crate) diagnostics: DiagnosticLog,
     pub(crate) counters: Counters,
     /// Memory protection: the MPT cache and the access checks.
@@ -209,7 +209,7 @@ impl Device {
             eqs,
             transport: Transport::new(),
             timing: TimingModel::new(config.timing),
-            doorbell_latch: vec![[None; 2]; pages],
+            doorbells: Doorbells::new(pages),
             diagnostics: DiagnosticLog::default(),
             counters: Counters::default(),
             mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
@@ -240,7 +240,7 @@ impl Device {
             eqs: self.eqs.fork(interrupts),
             transport: self.transport.clone(),
             timing: self.timing.clone(),
-            doorbell_latch: self.doorbell_latch.clone(),
+            doorbells: self.doorbells.clone(),
             diagnostics: self.diagnostics.clone(),
             counters: self.counters,
             mpt: self.mpt.clone(),
@@ -333,6 +333,7 @@ impl Device {
         Counters {
             doorbells: self.counters.doorbells + eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
             doorbells_dropped: self.counters.doorbells_dropped
+                + self.doorbells.dropped()
                 + eq.doorbells_dropped
                 + cq.doorbells_dropped
                 + srq.doorbells_dropped
@@ -646,96 +647,26 @@ impl Device {
             resetting: true,
             ..Default::default()
         };
-        for latch in &mut self.doorbell_latch {
-            *latch = [None; 2];
-        }
+        self.doorbells.reset();
         let delay = Picoseconds(self.config.timing.reset_ps);
         self.scheduler.schedule_in(delay, Event::ResetDone);
     }
 
-    /// Doorbell BAR write: 64-bit doorbells at [`DB_OFFSET`] of any page and EQ doorbells
-    /// at [`EQ_DB_OFFSET`] of page 0, as one 8-byte store or two 4-byte stores (low half
-    /// first; the high half commits).
+    /// Doorbell BAR write: the doorbell block decodes it into a request for the block
+    /// that owns the named queue.
     fn doorbell_page_write(&mut self, offset: u64, data: &[u8]) {
-        let page = (offset / regs::DOORBELL_PAGE_SIZE) as usize;
-        let in_page = offset % regs::DOORBELL_PAGE_SIZE;
-        if page >= self.doorbell_latch.len() {
-            self.counters.doorbells_dropped += 1;
-            self.diagnose(
-                Source::Doorbell,
-                format!("doorbell page {page}"),
-                "page",
-                page as u64,
-                format!("a page below {}", self.doorbell_latch.len()),
-            );
+        let Some(request) = self.doorbells.write(&mut services!(self), offset, data) else {
             return;
-        }
-        let (register, base) = match in_page {
-            o if (DB_OFFSET..DB_OFFSET + 8).contains(&o) => (0usize, DB_OFFSET),
-            o if (EQ_DB_OFFSET..EQ_DB_OFFSET + 8).contains(&o) => (1usize, EQ_DB_OFFSET),
-            o => {
-                self.counters.doorbells_dropped += 1;
-                self.diagnose(
-                    Source::Doorbell,
-                    format!("doorbell page {page}"),
-                    "offset",
-                    o,
-                    format!("{DB_OFFSET:#x} (queue doorbell) or {EQ_DB_OFFSET:#x} (EQ doorbell)"),
-                );
-                return;
-            }
         };
-        let word = match (in_page - base, data.len()) {
-            (0, 8) => Some(u64::from_le_bytes(data.try_into().expect("length checked"))),
-            (0, 4) => {
-                self.doorbell_latch[page][register] =
-                    Some(u32::from_le_bytes(data.try_into().expect("length checked")));
-                None
-            }
-            (4, 4) => match self.doorbell_latch[page][register].take() {
-                Some(low) => {
-                    Some((u32::from_le_bytes(data.try_into().expect("length checked")) as u64) << 32 | low as u64)
-                }
-                None => {
-                    self.counters.doorbells_dropped += 1;
-                    self.diagnose(
-                        Source::Doorbell,
-                        format!("doorbell page {page}"),
-                        "high half",
-                        0,
-                        "the low 32 bits written first",
-                    );
-                    None
-                }
-            },
-            (o, n) => {
-                self.counters.doorbells_dropped += 1;
-                self.diagnose(
-                    Source::Doorbell,
-                    format!("doorbell page {page}"),
-                    "access",
-                    o << 8 | n as u64,
-                    "one 8-byte store, or 4-byte stores to the low then high half",
-                );
-                None
-            }
-        };
-        let Some(word) = word else { return };
-        if register == 1 {
-            if page != 0 {
-                self.counters.doorbells_dropped += 1;
-                self.diagnose(
-                    Source::Doorbell,
-                    format!("doorbell page {page}"),
-                    "EQ doorbell",
-                    word,
-                    "EQ doorbells on the driver's page 0 only",
-                );
-                return;
-            }
-            self.eq_doorbell(word);
-        } else {
-            self.queue_doorbell(page as u32, word);
+        match request {
+            DoorbellRequest::QueuePair {
+                qpn,
+                queue,
+                producer_index,
+            } => self.qp_doorbell(qpn, queue, producer_index),
+            DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => self.srq_doorbell(srqn, producer_index),
+            DoorbellRequest::CompletionQueue { cqn, word } => self.cq_doorbell(cqn, word),
+            DoorbellRequest::EventQueue { word } => self.eq_doorbell(word),
         }
     }
 }
@@ -1019,6 +950,19 @@ impl Services<'_> {
             value,
             expected,
         });
+    }
+}
+
+impl crate::doorbell::Io for Services<'_> {
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        Services::diagnose(self, source, object.into(), field, value, expected.into());
     }
 }
 
