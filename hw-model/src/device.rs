@@ -16,8 +16,8 @@ use crate::cq::{CompletionQueues, CqError};
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
 use crate::doorbell::{DoorbellRequest, Doorbells};
 use crate::eq::{EqKind, EventQueues};
-use crate::firmware::{CommandQueue, Firmware};
-use crate::hem::Contexts;
+use crate::firmware::{Firmware, GidTableEntry, ObjectCommand, Timer as FirmwareTimer};
+use crate::hem::{ContextTableAttributes, Contexts, HemError};
 use crate::interrupt::InterruptSink;
 use crate::memory::{HostMemory, MemoryError};
 use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
@@ -28,12 +28,13 @@ use crate::qp::{DoorbellOutcome, QueuePairs, WorkQueue};
 use crate::srq::{SharedReceiveQueues, SrqWqe};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
+use crate::transport::path::PortAddresses;
 use crate::transport::Transport;
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{Cqc, Eqc, Mpt, QpState, Qpc, Srqc};
 use rnic_firmware_if::cqe::Cqe;
 use rnic_firmware_if::event::AsyncEventType;
-use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
+use rnic_firmware_if::mailbox::{BtCommand, ContextTable as ContextTableId};
 
 /// The services of the device `$device`, borrowed field by field (so the block being
 /// called, another field, stays free).
@@ -45,6 +46,21 @@ macro_rules! services {
             timing: &mut $device.timing,
             scheduler: &mut $device.scheduler,
             diagnostics: &mut $device.diagnostics,
+        }
+    };
+}
+
+/// What the firmware of the device `$device` is bound to, borrowed field by field.
+macro_rules! firmware_wiring {
+    ($device:ident) => {
+        FirmwareWiring {
+            services: services!($device),
+            contexts: &mut $device.contexts,
+            eqs: &mut $device.eqs,
+            cqs: &mut $device.cqs,
+            mpt: &mut $device.mpt,
+            addresses: &mut $device.transport.addresses,
+            registers: &mut $device.registers,
         }
     };
 }
@@ -74,10 +90,8 @@ macro_rules! objects {
 /// Something the device will do at a virtual instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Event {
-    /// Process the command queue up to the producer index.
-    CommandQueue,
-    /// Complete the mailbox command at the head of the mailbox queue.
-    MailboxComplete,
+    /// A firmware timer: the next command, the next mailbox.
+    Firmware(crate::firmware::Timer),
     /// A function reset finishes.
     ResetDone,
     /// An EQ's coalescing period expired: raise its interrupt if entries are pending.
@@ -140,7 +154,6 @@ pub struct Device {
     pub(crate) bus: Bus,
     pub(crate) config_space: ConfigSpace,
     pub(crate) registers: ControlRegisters,
-    pub(crate) cmdq: CommandQueue,
     pub(crate) firmware: Firmware,
     /// The context tables, their write-back QPC/CQC cache and the recorded QP progress.
     pub(crate) contexts: Contexts,
@@ -152,7 +165,6 @@ pub struct Device {
     /// The doorbell decoder (BAR2).
     pub(crate) doorbells: Doorbells,
     pub(crate) diagnostics: DiagnosticLog,
-    pub(crate) counters: Counters,
     /// Memory protection: the MPT cache and the access checks.
     pub(crate) mpt: MemoryProtection,
     /// The MTT cache: page translations, forgotten with the MPT cache.
@@ -203,15 +215,13 @@ impl Device {
             bus,
             config_space,
             registers: ControlRegisters::default(),
-            cmdq: CommandQueue::default(),
             firmware: Firmware::new(&config),
             contexts: Contexts::new(&config),
             eqs,
-            transport: Transport::new(),
+            transport: Transport::new(config.caps.max_gids as usize, config.mac_address),
             timing: TimingModel::new(config.timing),
             doorbells: Doorbells::new(pages),
             diagnostics: DiagnosticLog::default(),
-            counters: Counters::default(),
             mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
             translations: TranslationCache::default(),
             cqs: CompletionQueues::new(&config.caps),
@@ -234,7 +244,6 @@ impl Device {
             bus: self.bus.fork(),
             config_space: self.config_space.clone(),
             registers: self.registers.clone(),
-            cmdq: self.cmdq.clone(),
             firmware: self.firmware.clone(),
             contexts: self.contexts.clone(),
             eqs: self.eqs.fork(interrupts),
@@ -242,7 +251,6 @@ impl Device {
             timing: self.timing.clone(),
             doorbells: self.doorbells.clone(),
             diagnostics: self.diagnostics.clone(),
-            counters: self.counters,
             mpt: self.mpt.clone(),
             translations: self.translations.clone(),
             cqs: self.cqs.clone(),
@@ -299,8 +307,10 @@ impl Device {
 
     fn run_event(&mut self, event: Event) {
         match event {
-            Event::CommandQueue => self.process_command_queue(),
-            Event::MailboxComplete => self.complete_mailbox(),
+            Event::Firmware(FirmwareTimer::CommandQueue) => {
+                self.firmware.process_command_queue(&mut firmware_wiring!(self));
+            }
+            Event::Firmware(FirmwareTimer::MailboxComplete) => self.complete_mailbox(),
             Event::ResetDone => {
                 self.registers.resetting = false;
             }
@@ -324,25 +334,25 @@ impl Device {
         &mut self.timing
     }
 
-    /// Counters since power-on.
+    /// Counters since power-on: the sum of what each block counted.
     pub fn counters(&self) -> Counters {
         let eq = self.eqs.counters();
         let cq = self.cqs.counters();
         let srq = self.srqs.counters();
         let qp = self.qps.counters();
         Counters {
-            doorbells: self.counters.doorbells + eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
-            doorbells_dropped: self.counters.doorbells_dropped
-                + self.doorbells.dropped()
+            doorbells: eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
+            doorbells_dropped: self.doorbells.dropped()
                 + eq.doorbells_dropped
                 + cq.doorbells_dropped
                 + srq.doorbells_dropped
                 + qp.doorbells_dropped,
+            commands: self.firmware.counters().commands,
+            mailbox_commands: self.firmware.counters().mailbox_commands,
             cqes: cq.cqes,
             eqes: eq.eqes,
             interrupts: eq.interrupts,
             dma_errors: self.bus.errors(),
-            ..self.counters
         }
     }
 
@@ -405,11 +415,6 @@ impl Device {
     #[inline]
     pub(crate) fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
         self.bus.write(address, data)
-    }
-
-    /// Sets abnormal status bits and raises the abnormal vector if enabled.
-    pub(crate) fn raise_abnormal(&mut self, bits: u32) {
-        self.eqs.raise_abnormal(bits);
     }
 
     // ---- configuration space --------------------------------------------------------
@@ -546,11 +551,11 @@ impl Device {
                 }
                 status
             }
-            regs::CSQ_BASE_LOW => self.cmdq.base as u32,
-            regs::CSQ_BASE_HIGH => (self.cmdq.base >> 32) as u32,
-            regs::CSQ_DEPTH => self.cmdq.depth_register,
-            regs::CSQ_PRODUCER_INDEX => self.cmdq.producer_index,
-            regs::CSQ_CONSUMER_INDEX => self.cmdq.consumer_index,
+            regs::CSQ_BASE_LOW => self.firmware.command_queue().base as u32,
+            regs::CSQ_BASE_HIGH => (self.firmware.command_queue().base >> 32) as u32,
+            regs::CSQ_DEPTH => self.firmware.command_queue().depth_register,
+            regs::CSQ_PRODUCER_INDEX => self.firmware.command_queue().producer_index,
+            regs::CSQ_CONSUMER_INDEX => self.firmware.command_queue().consumer_index,
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
                 self.eqs.read_abnormal(offset)
             }
@@ -595,7 +600,10 @@ impl Device {
             | regs::CSQ_BASE_HIGH
             | regs::CSQ_DEPTH
             | regs::CSQ_PRODUCER_INDEX
-            | regs::CSQ_CONSUMER_INDEX => self.command_queue_register_write(offset, value),
+            | regs::CSQ_CONSUMER_INDEX => {
+                self.firmware
+                    .command_queue_register_write(&mut firmware_wiring!(self), offset, value)
+            }
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
                 self.eqs.write_abnormal(offset, value)
             }
@@ -635,13 +643,12 @@ impl Device {
         // Host memory keeps the progress the device made before the reset.
         self.drop_context_cache();
         self.scheduler.clear();
-        self.cmdq = CommandQueue::default();
-        self.firmware = Firmware::new(&self.config);
-        self.contexts.clear_tables(&self.config);
+        self.firmware.reset();
+        self.contexts.clear_tables();
         self.mpt.forget();
         self.translations.clear();
         self.eqs.reset();
-        self.transport = Transport::new();
+        self.transport = Transport::new(self.config.caps.max_gids as usize, self.config.mac_address);
         self.timing = TimingModel::new(self.config.timing);
         self.registers = ControlRegisters {
             resetting: true,
@@ -674,18 +681,8 @@ impl Device {
 // ---- context access (host memory is the truth) ---------------------------------------
 
 impl Device {
-    /// Forgets the object addresses the context tables remember, the cached MPTs and the
-    /// cached page translations: the driver may have changed host BT pages or contexts
-    /// before any command or mailbox (see `hem`).
-    pub(crate) fn forget_context_caches(&mut self) {
-        self.contexts.forget(&mut self.bus);
-        self.cqs.forget_buffers();
-        self.mpt.forget();
-        self.translations.clear();
-    }
-
-    /// Applies the QPs' recorded progress to their QPCs and writes the cached contexts
-    /// that are newer than host memory back to it (see [`Contexts::write_back`]).
+    /// Applies the recorded QP progress and writes the cached contexts back.
+    #[cfg(test)]
     pub(crate) fn write_back_contexts(&mut self) {
         self.contexts.write_back(&mut self.bus);
     }
@@ -772,6 +769,7 @@ impl Device {
     }
 
     /// A mailbox-completion AEQE.
+    #[cfg(test)]
     pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
         self.eqs
             .post_mailbox_event(&mut services!(self), token, status, out_param);
@@ -904,6 +902,61 @@ impl Device {
             DoorbellOutcome::SendQueue(producer_index) => self.transport_sq_doorbell(qpn, producer_index),
             DoorbellOutcome::ReceiveQueue(producer_index) => self.transport_rq_doorbell(qpn, producer_index),
         }
+    }
+}
+
+impl Device {
+    /// The mailbox at the head of the firmware's queue is due: the firmware reads it, the
+    /// top executes its object command on the block that owns the object, the firmware
+    /// completes it.
+    pub(crate) fn complete_mailbox(&mut self) {
+        let Some((post, opcode, command)) = self.firmware.start_mailbox(&mut firmware_wiring!(self)) else {
+            return;
+        };
+        let result = self.object_command(command);
+        self.firmware
+            .finish_mailbox(&mut firmware_wiring!(self), post, opcode, result);
+    }
+
+    /// Routes a mailbox's object command to its block; a query's answer as bytes.
+    fn object_command(&mut self, command: ObjectCommand) -> Result<Option<Vec<u8>>, Rejection> {
+        fn answer<L: Layout>(context: L) -> Option<Vec<u8>> {
+            Some(context.bytes().to_vec())
+        }
+        match command {
+            ObjectCommand::ModifyQp { qpn, context, mask } => self.modify_qp(qpn, *context, *mask).map(|()| None),
+            ObjectCommand::QueryQp { qpn } => self.query_qp(qpn).map(answer),
+            ObjectCommand::CreateMpt { index, mpt } => self.create_mpt(index, mpt).map(|()| None),
+            ObjectCommand::DestroyMpt { index } => self.destroy_mpt(index).map(|()| None),
+            ObjectCommand::QueryMpt { index } => self.query_mpt(index).map(answer),
+            ObjectCommand::CreateCq { cqn, cqc } => self.create_cq(cqn, cqc).map(|()| None),
+            ObjectCommand::ModifyCq { cqn, context, mask } => self.modify_cq(cqn, context, mask).map(|()| None),
+            ObjectCommand::QueryCq { cqn } => self.query_cq(cqn).map(answer),
+            ObjectCommand::DestroyCq { cqn } => self.destroy_cq(cqn).map(|()| None),
+            ObjectCommand::CreateSrq { srqn, srqc } => self.create_srq(srqn, srqc).map(|()| None),
+            ObjectCommand::ModifySrq { srqn, context, mask } => self.modify_srq(srqn, context, mask).map(|()| None),
+            ObjectCommand::QuerySrq { srqn } => self.query_srq(srqn).map(answer),
+            ObjectCommand::DestroySrq { srqn } => self.destroy_srq(srqn).map(|()| None),
+            ObjectCommand::CreateEq { eqn, kind, eqc } => self.create_eq(eqn, kind, eqc).map(|()| None),
+            ObjectCommand::ModifyEq {
+                eqn,
+                kind,
+                context,
+                mask,
+            } => self.modify_eq(eqn, kind, context, mask).map(|()| None),
+            ObjectCommand::QueryEq { eqn, kind } => self.query_eq(eqn, kind).map(answer),
+            ObjectCommand::DestroyEq { eqn, kind } => self.destroy_eq(eqn, kind).map(|()| None),
+        }
+    }
+
+    /// The GID table as configured by the driver.
+    pub fn gid_table(&self) -> &[Option<GidTableEntry>] {
+        &self.transport.addresses.gids
+    }
+
+    /// The source-MAC table.
+    pub fn smac_table(&self) -> &[Option<[u8; 6]>] {
+        &self.transport.addresses.smacs
     }
 }
 
@@ -1073,6 +1126,103 @@ impl crate::qp::Io for QpWiring<'_> {
 
     fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
         crate::cq::Io::async_event(&mut self.objects, event, sub_type, queue_number);
+    }
+}
+
+/// What the firmware is bound to: the services, the context block (caches, tables), the
+/// event block (abnormal interrupt, mailbox events, FUNC_CLEAR), the caches of the CQ and
+/// MPT blocks it forgets, the port's address tables, and the top's FATAL register.
+struct FirmwareWiring<'a> {
+    services: Services<'a>,
+    contexts: &'a mut Contexts,
+    eqs: &'a mut EventQueues,
+    cqs: &'a mut CompletionQueues,
+    mpt: &'a mut MemoryProtection,
+    addresses: &'a mut PortAddresses,
+    registers: &'a mut ControlRegisters,
+}
+
+impl crate::firmware::Io for FirmwareWiring<'_> {
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.services.bus.read(address, buffer)
+    }
+
+    #[inline]
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.services.bus.write(address, data)
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    fn schedule_in(&mut self, delay: Picoseconds, timer: FirmwareTimer) {
+        self.services.scheduler.schedule_in(delay, Event::Firmware(timer));
+    }
+
+    fn raise_abnormal(&mut self, bits: u32) {
+        self.eqs.raise_abnormal(bits);
+    }
+
+    fn set_fatal(&mut self) {
+        self.registers.fatal = true;
+    }
+
+    fn forget_caches(&mut self) {
+        self.contexts.forget(self.services.bus);
+        self.cqs.forget_buffers();
+        self.mpt.forget();
+        self.services.translation.clear();
+    }
+
+    fn write_back_contexts(&mut self) {
+        self.contexts.write_back(self.services.bus);
+    }
+
+    fn context_slots_in_use(&self) -> usize {
+        self.contexts.slots_in_use().iter().sum()
+    }
+
+    fn configure_context_tables(
+        &mut self,
+        attributes: [ContextTableAttributes; 4],
+    ) -> Result<(), (ContextTableId, HemError)> {
+        self.contexts.configure(attributes)
+    }
+
+    fn base_address_table(
+        &mut self,
+        table: ContextTableId,
+        command: BtCommand,
+        level: u8,
+        index: u32,
+        address: u64,
+    ) -> Result<Option<u64>, Rejection> {
+        self.contexts
+            .base_address_table(self.services.bus, table, command, level, index, address)
+    }
+
+    fn clear_function(&mut self) {
+        self.contexts.clear_tables();
+        self.eqs.clear();
+    }
+
+    fn mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
+        self.eqs
+            .post_mailbox_event(&mut self.services.reborrow(), token, status, out_param);
+    }
+
+    fn addresses(&mut self) -> &mut PortAddresses {
+        self.addresses
     }
 }
 

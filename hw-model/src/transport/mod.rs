@@ -162,17 +162,14 @@ pub(crate) struct Transport {
     /// Source of timer generations (never reused, so a stale timer is always ignored).
     pub generation: u64,
     pub counters: TransportCounters,
-}
-
-impl Default for Transport {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// The port's GID and source-MAC tables.
+    pub addresses: path::PortAddresses,
 }
 
 impl Transport {
-    /// The transport of a device after power-on or function reset.
-    pub fn new() -> Self {
+    /// The transport of a device after power-on or function reset: no QP, `gid_entries`
+    /// empty GID and SMAC entries (SMAC 0 is `mac`).
+    pub fn new(gid_entries: usize, mac: [u8; 6]) -> Self {
         Self {
             qps: BTreeMap::new(),
             active: VecDeque::with_capacity(64),
@@ -188,6 +185,7 @@ impl Transport {
             ipv4_identification: 0,
             generation: 0,
             counters: TransportCounters::default(),
+            addresses: path::PortAddresses::new(gid_entries, mac),
         }
     }
 
