@@ -17,7 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
-pub mod net;
+pub use rnic_net as net;
 pub mod os;
 pub mod pcap;
 pub mod timing;

@@ -11,7 +11,7 @@
 //! `rnic-bench` binary may be missing or stale when only this package is tested; the test
 //! executable itself is always present and current.
 //!
-//! Loopback addresses 127.0.0.41–44: net_udp.rs binds 127.0.0.1/.2, and test binaries
+//! Loopback addresses 127.0.0.41–46: net_udp.rs binds 127.0.0.1/.2, and test binaries
 //! run in parallel under nextest.
 
 mod common;
@@ -125,6 +125,34 @@ fn rc_write_read_send_atomics_and_ud_send_between_two_emulator_processes() {
     }
     // UD SEND: one MTU (1024) at most, a GRH in front of each receive.
     run_pair_on(&a, &b, "send", 1000, 48, "ud");
+    drop((a, b));
+}
+
+#[test]
+fn rc_queue_pairs_connected_through_the_cm_between_two_emulator_processes() {
+    // The client resolves the server's address, sends REQs over the emulators' UDP
+    // backends and moves its QPs with the negotiated values; the server accepts; the
+    // traffic is checked byte for byte; DREQ/DREP at the end.
+    let a = Emulator::start(45);
+    let b = Emulator::start(46);
+    for operation in ["write", "read", "send"] {
+        let port = free_port();
+        let server = bench_on("server", port, &b, operation, 5000, 32, "rc-cm");
+        let client = bench_on("client", port, &a, operation, 5000, 32, "rc-cm");
+        let (client_ok, client_out) = client.finish(Duration::from_secs(60));
+        let (server_ok, server_out) = server.finish(Duration::from_secs(20));
+        assert!(
+            client_ok && server_ok,
+            "{operation}: client {client_out}\nserver {server_out}"
+        );
+        check_reports([&client_out, &server_out], operation, 5000, 32 * QPS as u64, QPS);
+        for out in [&client_out, &server_out] {
+            let json = common::process::report(out);
+            assert_eq!(json["cm"], true, "{json}");
+            // REQ, RTU, DREQ per QP from the client; REP, DREP from the server.
+            assert!(json["cm_mads"].as_u64().unwrap() >= 2 * QPS as u64, "{json}");
+        }
+    }
     drop((a, b));
 }
 

@@ -681,9 +681,12 @@ impl Device {
 // ---- context access (host memory is the truth) ---------------------------------------
 
 impl Device {
-    /// Applies the recorded QP progress and writes the cached contexts back.
-    #[cfg(test)]
-    pub(crate) fn write_back_contexts(&mut self) {
+    /// Applies the QPs' recorded progress to their QPCs and writes the cached contexts
+    /// that are newer than host memory back to it (see [`Contexts::write_back`]).
+    ///
+    /// Public so that tests and fuzzers can read every QPC and CQC from host memory as the
+    /// device sees it without issuing a command (which does this first).
+    pub fn write_back_contexts(&mut self) {
         self.contexts.write_back(&mut self.bus);
     }
 

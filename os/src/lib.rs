@@ -24,6 +24,9 @@
 //!   [`MappedRegion::read_volatile_u32`] and friends: single, volatile MMIO accesses to
 //!   a BAR mapped from its sysfs `resourceN` file), and [`PageMap`], the
 //!   `/proc/self/pagemap` reader that turns their virtual addresses into physical ones;
+//! * an application's own registered memory ([`ApplicationRange`]), which the device
+//!   model of the drop-in `libibverbs.so.1` reads and writes in place, and `mlock`
+//!   ([`lock_pages`]) for registrations on a PCI function;
 //! * `setns`, `prctl(PR_SET_TIMERSLACK)` and `sigaction` for the emulator process
 //!   ([`enter_network_namespace`], [`set_thread_timer_slack`],
 //!   [`install_termination_handlers`]).
@@ -34,6 +37,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod application;
 mod event;
 mod memory;
 mod pagemap;
@@ -42,6 +46,7 @@ mod socket;
 
 use std::io;
 
+pub use application::{lock_pages, unlock_pages, ApplicationRange};
 pub use event::{eventfd, take_eventfd, wait_readable};
 pub use memory::{file_seals, host_page_size, memfd_create, MappedRegion, PageSize, Protection};
 pub use pagemap::{PageMap, PagemapEntry, PAGEMAP_PFN_MASK, PAGEMAP_PRESENT, PAGEMAP_SWAPPED};

@@ -22,6 +22,9 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod fuzzing;
 pub mod nvmeof;
 pub mod perf;
 pub mod rdma;
+pub mod scsi;
+pub mod srp;

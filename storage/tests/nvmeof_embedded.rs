@@ -73,6 +73,49 @@ fn connects_identifies_writes_and_reads_back() {
     host.read(1, 1000, &mut back).unwrap();
     assert_eq!(back, big);
     assert_eq!(target.lock().unwrap().controller_count(), 1);
-    eprintln!("{:?}\n{:?}", host.counters(), target.lock().unwrap().counters());
+    host.disconnect().unwrap();
+}
+
+#[test]
+fn the_tcp_exchange_connects_queues_too() {
+    use rnic_storage::rdma::{ExchangeCm, Listener};
+    let fabric = EmbeddedFabric::new(FabricConfig::default());
+    let target_nic = fabric.add_nic([2, 0, 0, 0, 0, 1]);
+    let host_nic = fabric.add_nic([2, 0, 0, 0, 0, 2]);
+    let cm = ExchangeCm::default();
+    let listener = cm.listen(ServiceAddress::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let address = listener.address();
+    assert_ne!(address.port, 0);
+    let mut subsystem = Subsystem::nvm(SUBNQN, AllowedHosts::Any);
+    subsystem.add_namespace(1, Arc::new(RamBackend::new(512, 1024).unwrap()));
+    let target = Target::new(
+        Context::open(Box::new(target_nic)).unwrap(),
+        Box::new(listener),
+        Clock::Virtual(fabric.clone()),
+        TargetConfig {
+            listen: address,
+            ..TargetConfig::default()
+        },
+        vec![subsystem],
+    )
+    .unwrap();
+    let target = Arc::new(Mutex::new(target));
+    let mut reactor = EmbeddedReactor::new(fabric);
+    reactor.add(target.clone());
+    let mut host = Host::connect(
+        Context::open(Box::new(host_nic)).unwrap(),
+        Box::new(cm.connector()),
+        Box::new(reactor),
+        HostConfig {
+            subsystem_nqn: SUBNQN.into(),
+            target: address,
+            ..HostConfig::default()
+        },
+    )
+    .unwrap();
+    host.write(1, 3, &[7; 1024]).unwrap();
+    let mut back = [0u8; 1024];
+    host.read(1, 3, &mut back).unwrap();
+    assert_eq!(back, [7; 1024]);
     host.disconnect().unwrap();
 }

@@ -155,6 +155,10 @@ pub struct BenchConfig {
     /// message has a slot of its own. Neither a check nor a capture can tell such messages
     /// apart, so it cannot be combined with `verify` or `capture`.
     pub single_buffer: bool,
+    /// Connect the queue pairs through the connection manager (IB CM on QP1 with RDMA-CM
+    /// addressing: REQ/REP/RTU, then DREQ/DREP at the end) instead of programming both
+    /// ends directly.
+    pub connection_manager: bool,
 }
 
 impl Default for BenchConfig {
@@ -176,6 +180,7 @@ impl Default for BenchConfig {
             tx_depth: WINDOW,
             cq_moderation: 1,
             single_buffer: false,
+            connection_manager: false,
         }
     }
 }
@@ -266,6 +271,10 @@ pub struct BenchReport {
     /// Fairness across QPs: the highest per-QP throughput over the lowest (each QP's
     /// bytes over the time to its last completion); 1.0 with one QP.
     pub qp_fairness: f64,
+    /// The QPs were connected through the connection manager.
+    pub connection_manager: bool,
+    /// CM MADs both connection managers sent (retransmissions included); 0 without one.
+    pub cm_mads: u64,
 }
 
 impl BenchReport {
@@ -297,7 +306,8 @@ impl BenchReport {
              \"bytes_verified\":{},\"retransmissions\":{},\"frames\":{},\"frames_dropped\":{},\"frames_duplicated\":{},\
              \"frames_reordered\":{},\"frames_corrupted\":{},\"mode\":\"{}\",\"preset\":\"{}\",\"test\":\"{}\",\
              \"bw_gbps\":{:.6},\"bw_peak_gbps\":{:.6},\"msg_rate_mpps\":{:.6},\"lat_us\":{{\"min\":{:.6},\"p50\":{:.6},\
-             \"p99\":{:.6},\"max\":{:.6}}},\"mtt_misses\":{},\"sim_time_ps\":{},\"wall_time_s\":{:.6},\"messages_expected\":{}}}",
+             \"p99\":{:.6},\"max\":{:.6}}},\"mtt_misses\":{},\"sim_time_ps\":{},\"wall_time_s\":{:.6},\"cm\":{},\
+             \"cm_mads\":{},\"messages_expected\":{}}}",
             self.operation,
             self.size,
             self.iterations,
@@ -325,6 +335,8 @@ impl BenchReport {
             self.mtt_misses,
             self.sim_time_ps,
             self.wall_time_s,
+            self.connection_manager,
+            self.cm_mads,
             self.messages_expected
         )
     }
@@ -701,8 +713,10 @@ pub fn run_with_progress(
             qp_type: QpType::Rc,
             sq_sig_all: config.cq_moderation == 1,
         })?;
-        connect(&requester_qp, &responder_qp, &responder, mtu)?;
-        connect(&responder_qp, &requester_qp, &requester, mtu)?;
+        if !config.connection_manager {
+            connect(&requester_qp, &responder_qp, &responder, mtu)?;
+            connect(&responder_qp, &requester_qp, &requester, mtu)?;
+        }
         pairs.push(Pair {
             index,
             requester_qp,
@@ -725,6 +739,18 @@ pub fn run_with_progress(
         });
     }
 
+    let session = if config.connection_manager {
+        let qps: Vec<_> = pairs.iter().map(|p| (&p.requester_qp, &p.responder_qp)).collect();
+        Some(crate::cm_session::CmSession::connect(
+            &fabric,
+            &requester.context,
+            &responder.context,
+            &qps,
+            mtu,
+        )?)
+    } else {
+        None
+    };
     let before = transport_retransmissions(&requester.device) + transport_retransmissions(&responder.device);
     let cqes_written =
         || requester.device.with_device(|d| d.counters().cqes) + responder.device.with_device(|d| d.counters().cqes);
@@ -877,6 +903,10 @@ pub fn run_with_progress(
     report.cqes_written = cqes_written() - cqes_before;
     report.retransmissions =
         transport_retransmissions(&requester.device) + transport_retransmissions(&responder.device) - before;
+    if let Some(session) = session {
+        report.connection_manager = true;
+        report.cm_mads = session.disconnect()?;
+    }
     report.fabric = fabric.statistics();
     report.frames = report.fabric.sent;
     report.wall_time_s = wall_start.elapsed().as_secs_f64();

@@ -77,10 +77,12 @@ pub enum StepError {
 pub struct RegisterHarness {
     /// The device under test.
     pub device: Device,
-    /// Its host memory.
-    pub memory: Arc<PagedMemory>,
+    /// Its host memory, as the driver reaches it.
+    pub memory: Arc<dyn HostMemory>,
     /// MSI-X messages the device sent.
     pub interrupts: RecordingSink,
+    /// End of the DMA memory the allocator hands out.
+    dma_end: u64,
     next_free: u64,
     ring: u64,
     producer_index: u32,
@@ -89,6 +91,24 @@ pub struct RegisterHarness {
     aeq: Option<(u64, u32)>,
     aeq_consumer: u32,
     chunks: [Vec<Option<u64>>; 4],
+}
+
+/// A [`RegisterHarness`] at one moment (see [`RegisterHarness::checkpoint`]).
+pub struct HarnessCheckpoint {
+    device: Device,
+    next_free: u64,
+    producer_index: u32,
+    aeq: Option<(u64, u32)>,
+    aeq_consumer: u32,
+    chunks: [Vec<Option<u64>>; 4],
+}
+
+impl std::fmt::Debug for HarnessCheckpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HarnessCheckpoint")
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The four context tables, in the order of [`RegisterHarness::ensure_context`].
@@ -152,12 +172,26 @@ impl RegisterHarness {
         let memory = Arc::new(PagedMemory::new());
         let backing = Backing::zeroed(DMA_SIZE);
         memory.map_contiguous(DMA_BASE, &backing, 0, DMA_SIZE / FRAME_SIZE as usize, true);
+        Self::with_memory(config, memory.clone(), wrap(memory), DMA_SIZE)
+    }
+
+    /// [`RegisterHarness::with_config`] over memory the caller provides: `driver` is how
+    /// the harness reaches it, `device` how the device does (the two may differ, e.g. a
+    /// device view that checks every DMA access), and `size` bytes from [`DMA_BASE`] are
+    /// the harness's to allocate.
+    pub fn with_memory(
+        config: DeviceConfig,
+        driver: Arc<dyn HostMemory>,
+        device: Arc<dyn HostMemory>,
+        size: usize,
+    ) -> Self {
         let interrupts = RecordingSink::new();
-        let device = Device::new(config, wrap(memory.clone()), Box::new(interrupts.clone()));
+        let device = Device::new(config, device, Box::new(interrupts.clone()));
         let mut harness = Self {
             device,
-            memory,
+            memory: driver,
             interrupts,
+            dma_end: DMA_BASE + size as u64,
             next_free: DMA_BASE,
             ring: 0,
             producer_index: 0,
@@ -217,11 +251,48 @@ impl RegisterHarness {
     pub fn try_allocate(&mut self, size: usize) -> Result<u64, StepError> {
         let address = self.next_free;
         let size = (size as u64).div_ceil(FRAME_SIZE).max(1) * FRAME_SIZE;
-        if address + size > DMA_BASE + DMA_SIZE as u64 {
+        if address + size > self.dma_end {
             return Err(StepError::OutOfMemory);
         }
         self.next_free += size;
         Ok(address)
+    }
+
+    /// Where the next [`RegisterHarness::allocate`] starts.
+    pub fn next_free(&self) -> u64 {
+        self.next_free
+    }
+
+    /// Bus addresses of the command ring and of the mailbox input and output buffers
+    /// (one 4 KiB page each).
+    pub fn command_buffers(&self) -> (u64, u64, u64) {
+        (self.ring, self.mailbox_in, self.mailbox_out)
+    }
+
+    /// The device and the driver's bookkeeping as they are now, to return to with
+    /// [`RegisterHarness::restore`]. Host memory is not part of it: whoever restores
+    /// puts back what changed (see [`Device::fork`]).
+    pub fn checkpoint(&self) -> HarnessCheckpoint {
+        HarnessCheckpoint {
+            device: self.device.fork(Box::new(RecordingSink::new())),
+            next_free: self.next_free,
+            producer_index: self.producer_index,
+            aeq: self.aeq,
+            aeq_consumer: self.aeq_consumer,
+            chunks: self.chunks.clone(),
+        }
+    }
+
+    /// Returns the device and the driver's bookkeeping to `checkpoint` (taken from this
+    /// harness) and forgets the interrupts recorded since.
+    pub fn restore(&mut self, checkpoint: &HarnessCheckpoint) {
+        self.device = checkpoint.device.fork(Box::new(self.interrupts.clone()));
+        self.interrupts.take();
+        self.next_free = checkpoint.next_free;
+        self.producer_index = checkpoint.producer_index;
+        self.aeq = checkpoint.aeq;
+        self.aeq_consumer = checkpoint.aeq_consumer;
+        self.chunks.clone_from(&checkpoint.chunks);
     }
 
     /// Writes a BAR0 register.

@@ -8,6 +8,8 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+mod cm_session;
+pub mod fuzzing;
 pub mod harness;
 pub mod pcap;
 pub mod perftest;

@@ -61,7 +61,7 @@
 //! are not measured across processes and read 0.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use rnic_verbs::backend::open_device;
@@ -73,7 +73,8 @@ use rnic_verbs::{
     WrOpcode,
 };
 
-use crate::bench::{fill_pattern, BenchConfig, BenchReport, Operation, WINDOW};
+use crate::bench::{fill_pattern, BenchConfig, BenchError, BenchReport, Operation, WINDOW};
+use crate::cm_session::RemoteCm;
 
 /// perftest's default port.
 pub const DEFAULT_PORT: u16 = 18515;
@@ -151,6 +152,9 @@ pub enum RemoteError {
     /// Work requests did not complete.
     #[error("{0}")]
     Timeout(String),
+    /// The connection manager could not connect or disconnect (`--cm`).
+    #[error("{0}")]
+    ConnectionManager(#[from] BenchError),
 }
 
 type Result<T> = std::result::Result<T, RemoteError>;
@@ -354,9 +358,11 @@ impl Local {
             .collect())
     }
 
-    fn connect_all(&mut self, mtu: Mtu, local: &[Endpoint], remote: Vec<Endpoint>) -> Result<()> {
+    fn connect_all(&mut self, mtu: Mtu, local: &[Endpoint], remote: Vec<Endpoint>, program: bool) -> Result<()> {
         for ((pair, mine), theirs) in self.pairs.iter_mut().zip(local).zip(remote) {
-            if self.ud {
+            if !program {
+                // The connection manager moves the QPs; only the buffers are taken.
+            } else if self.ud {
                 connect_ud(&pair.qp, mine.psn)?;
                 pair.ah = Some(self.pd.create_ah(&AhAttributes {
                     dgid: Gid(theirs.gid),
@@ -554,8 +560,9 @@ fn restart_ud(pair: &Pair) -> Result<()> {
 
 fn hello(config: &BenchConfig, ud: bool) -> String {
     format!(
-        "HELLO {PROTOCOL} {} {} {} {} {} {} {}",
+        "HELLO {PROTOCOL} {}{} {} {} {} {} {} {}",
         if ud { "ud" } else { "rc" },
+        if config.connection_manager { "+cm" } else { "" },
         config.operation.name(),
         message_size(config),
         config.iterations,
@@ -571,6 +578,11 @@ fn check_config(config: &BenchConfig, ud: bool) -> Result<Mtu> {
             "UD moves `send` only, of at most one MTU ({} bytes)",
             config.mtu
         )));
+    }
+    if ud && config.connection_manager {
+        return Err(RemoteError::Config(
+            "--cm across processes connects RC queue pairs; UD (SIDR) is in-process only so far".into(),
+        ));
     }
     if config.operation == Operation::Mixed {
         return Err(RemoteError::Config(
@@ -648,12 +660,37 @@ pub fn run(config: &RemoteConfig) -> Result<BenchReport> {
             control.send("OK")?;
             let remote = receive_endpoints(&mut control, config.bench.queue_pairs)?;
             let endpoints = local.endpoints()?;
+            let cm = if config.bench.connection_manager {
+                let ip = IpAddr::from(Ipv6Addr::from(endpoints[0].gid));
+                let ip = match ip {
+                    IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+                    v4 => v4,
+                };
+                let mut cm = RemoteCm::new(&local.context, None, mtu)?;
+                cm.listen(SocketAddr::new(ip, *port))?;
+                Some(cm)
+            } else {
+                None
+            };
             for (index, endpoint) in endpoints.iter().enumerate() {
                 control.send(&endpoint.line(index))?;
             }
-            local.connect_all(mtu, &endpoints, remote)?;
+            local.connect_all(mtu, &endpoints, remote, cm.is_none())?;
+            let cm = match cm {
+                Some(mut cm) => {
+                    let qps: Vec<&QueuePair> = local.pairs.iter().map(|p| &p.qp).collect();
+                    cm.accept_all(&qps)?;
+                    Some(cm)
+                }
+                None => None,
+            };
             control.send("READY")?;
-            serve(&config.bench, &mut local, &mut control)
+            let mut report = serve(&config.bench, &mut local, &mut control)?;
+            if let Some(cm) = cm {
+                report.connection_manager = true;
+                report.cm_mads = cm.disconnect_all(false)?;
+            }
+            Ok(report)
         }
         Role::Client { host, port } => {
             let mut local = Local::open(config)?;
@@ -666,9 +703,28 @@ pub fn run(config: &RemoteConfig) -> Result<BenchReport> {
                 control.send(&endpoint.line(index))?;
             }
             let remote = receive_endpoints(&mut control, config.bench.queue_pairs)?;
-            local.connect_all(mtu, &endpoints, remote)?;
+            let server = remote.first().map(|e| {
+                let ip = Ipv6Addr::from(e.gid);
+                (ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4), e.mac)
+            });
+            let cm = config.bench.connection_manager;
+            local.connect_all(mtu, &endpoints, remote, !cm)?;
+            let cm = match (cm, server) {
+                (true, Some(server)) => {
+                    let mut cm = RemoteCm::new(&local.context, Some(server), mtu)?;
+                    let qps: Vec<&QueuePair> = local.pairs.iter().map(|p| &p.qp).collect();
+                    cm.connect_all(SocketAddr::new(server.0, *port), &qps)?;
+                    Some(cm)
+                }
+                _ => None,
+            };
             control.expect("READY")?;
-            drive(&config.bench, &mut local, &mut control)
+            let mut report = drive(&config.bench, &mut local, &mut control)?;
+            if let Some(cm) = cm {
+                report.connection_manager = true;
+                report.cm_mads = cm.disconnect_all(true)?;
+            }
+            Ok(report)
         }
     }
 }

@@ -99,6 +99,24 @@ fn uc_refuses_reads_and_atomics() {
     single(&c.cqes_a(), CqeStatus::LocalQpOpErr);
 }
 
+/// Found by the `work_requests` fuzz target (docs/fuzzing.md): UC has no SEND with
+/// Invalidate (IETH exists for RC and XRC only); the requester built a frame with the
+/// undefined opcode 0x37 instead of refusing the WQE.
+#[test]
+fn uc_refuses_send_with_invalidate() {
+    let mut c = connect(ServiceType::Uc, Mtu::Mtu1024, false, |_| {});
+    let (ma, mb) = (c.ma, c.mb);
+    c.recv_b(&[mb.sge(0, 0x1000)]);
+    c.send_a(&SendRequest {
+        immediate: mb.key,
+        ..SendRequest::new(SqOpcode::SendWithInv, vec![ma.sge(0, 100)])
+    });
+    c.run();
+    single(&c.cqes_a(), CqeStatus::LocalQpOpErr);
+    assert!(c.cqes_b().is_empty(), "nothing reached the responder");
+    assert_eq!(c.pair.fabric.statistics().sent, 0, "no frame went out");
+}
+
 // ---- UD ---------------------------------------------------------------------------------
 
 struct UdSetup {

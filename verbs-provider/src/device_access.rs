@@ -21,8 +21,11 @@
 //! doorbells without taking the driver's control-path lock.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::Instant;
+
+pub use rnic_os::ApplicationRange;
 
 /// Nanoseconds of the host's monotonic clock since the first call in this process.
 pub fn monotonic_ns() -> u64 {
@@ -56,6 +59,13 @@ pub enum AccessError {
         /// Length of the access in bytes.
         length: usize,
         /// The backend's explanation.
+        reason: String,
+    },
+    /// The backend cannot do this at all (`EOPNOTSUPP`): e.g. reach an application's
+    /// memory in place when the device runs in another process.
+    #[error("not supported by this device: {reason}")]
+    Unsupported {
+        /// What the backend cannot do, and what to use instead.
         reason: String,
     },
     /// The buffer or registration is not known to this backend (double free, foreign
@@ -211,6 +221,31 @@ pub trait DeviceAccess: Send + Sync {
     /// Unmaps a registration and gives the application its bytes back (with whatever the
     /// device wrote into them).
     fn unregister_user_memory(&self, memory: UserMemory) -> Vec<u8>;
+
+    /// Maps the application's own memory `range` for DMA **in place** (what `ibv_reg_mr`
+    /// does on hardware: the device reads and writes the application's bytes, and a
+    /// remote WRITE is visible in its buffer when the completion is) and returns the bus
+    /// address of every 4 KiB page that holds a byte of it, the first page being the one
+    /// that holds `range.address()`. The device reaches only the bytes of the range.
+    ///
+    /// # Errors
+    /// [`AccessError::Unsupported`] for a backend whose device cannot reach this
+    /// process's memory (the default); what mapping failed with otherwise.
+    fn register_application_memory(&self, range: Arc<ApplicationRange>) -> Result<UserMemory, AccessError> {
+        Err(AccessError::Unsupported {
+            reason: format!(
+                "this backend cannot reach application memory in place ({} bytes at {:#x})",
+                range.len(),
+                range.address()
+            ),
+        })
+    }
+
+    /// Unmaps a registration of [`DeviceAccess::register_application_memory`]; the device
+    /// no longer reaches those bytes.
+    fn unregister_application_memory(&self, memory: UserMemory) {
+        tracing::error!(?memory, "unregister of application memory this backend never mapped");
+    }
 
     /// Waits `nanoseconds` (the model: virtual time passes and due events run; real
     /// hardware: sleep or spin).

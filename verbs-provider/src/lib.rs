@@ -36,6 +36,9 @@
 //!   ([`backend::VfioUserDevice`]); `vfio-user:PATH,mac=02:52:4e:49:43:07` when the
 //!   emulator was started with another `--mac` (a vfio-user device does not report its
 //!   MAC address);
+//! * `udp:IP` (optionally `,mac=MAC`) — the model in this process on the wall clock, its
+//!   port on a UDP socket at `IP:4791` ([`backend::HostNic`], the device of the drop-in
+//!   `libibverbs.so.1`);
 //! * `pci`, `pci:DDDD:BB:DD.F` (optionally `,mac=MAC`) — an rnic PCI function seen by
 //!   Linux, in a QEMU guest or on bare metal, driven from user space through sysfs
 //!   ([`backend::PciDevice`]: root, 2 MiB huge pages, completions by polling).

@@ -239,8 +239,10 @@ fn map_file(fd: OwnedFd, request: &DmaMap, readable: bool, writable: bool) -> Re
     // which kills the whole emulator; refuse it up front.
     let end = request.offset.checked_add(request.size).ok_or(Errno::EINVAL)?;
     if !metadata.file_type().is_file() || metadata.len() < end {
-        tracing::warn!(
-            target: "rnic_emu::dma",
+        // A client can send these at will: bounded like any diagnostic.
+        rnic_diag::warn!(
+            rnic_diag::global(),
+            rnic_diag::Kind::new("vfio-user", "DMA_MAP fd"),
             regular = metadata.file_type().is_file(),
             file_size = metadata.len(),
             range_end = end,

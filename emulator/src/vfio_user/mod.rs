@@ -19,11 +19,13 @@
 //! * [`dma`] — the client's DMA maps as the model's `HostMemory`;
 //! * [`irq`] — MSI-X eventfds as the model's `InterruptSink`;
 //! * [`doorbell`] — the shared doorbell pages and the adaptive poller;
-//! * [`server`] — the loop and the command handlers.
+//! * [`server`] — the loop and the command handlers;
+//! * [`fuzzing`] — a client session from raw bytes for the `vfio_user` fuzz target.
 
 mod connection;
 pub mod dma;
 pub mod doorbell;
+pub mod fuzzing;
 pub mod irq;
 pub mod protocol;
 pub mod regions;

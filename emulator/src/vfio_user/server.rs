@@ -521,6 +521,31 @@ impl Server {
         result
     }
 
+    /// One pass of the loop without its wait, on the caller's thread: the attached
+    /// client's complete messages, a waiting connection, the doorbell pages, the
+    /// network's frames, the device's due events and its transmitted frames. Returns
+    /// whether anything happened. For fuzzers and tests that drive the server
+    /// deterministically instead of [`Server::run`] on a thread of its own.
+    pub fn run_once(&mut self) -> io::Result<bool> {
+        let mut activity = false;
+        if self.client.is_some() {
+            activity |= self.serve_client();
+        }
+        if self.client.is_none() {
+            let before = self.stats.connections;
+            self.accept();
+            activity |= self.stats.connections != before;
+        }
+        if self.client.is_some() {
+            activity |= self.poll_doorbells() > 0;
+        }
+        activity |= self.receive_network()?;
+        activity |= self.clock.sync(&mut self.device);
+        self.drain_transmit()?;
+        self.publish_stats();
+        Ok(activity)
+    }
+
     fn run_loop(&mut self) -> io::Result<()> {
         while !self.should_stop() {
             let now = Instant::now();

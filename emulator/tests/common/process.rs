@@ -79,7 +79,7 @@ pub struct BenchArguments<'a> {
     pub operation: &'a str,
     pub size: usize,
     pub iterations: u64,
-    /// `rc` or `ud`.
+    /// `rc`, `rc-cm` (RC connected through the connection manager) or `ud`.
     pub transport: &'a str,
 }
 
@@ -151,6 +151,7 @@ pub fn run_bench_child(env: &str, queue_pairs: usize) {
             queue_pairs,
             mtu: 1024,
             verify: true,
+            connection_manager: arguments[7] == "rc-cm",
             ..BenchConfig::default()
         },
         device: arguments[2].to_string(),

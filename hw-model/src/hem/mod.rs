@@ -498,7 +498,10 @@ impl ContextTable {
             let slot = &mut self.l0_slots[location.l0 as usize];
             if let Some(old) = *slot {
                 if old != address {
-                    tracing::warn!(
+                    // A driver can repeat this at will: bounded like any diagnostic.
+                    rnic_diag::warn!(
+                        rnic_diag::global(),
+                        rnic_diag::Kind::new("hem", "L0 slot overwritten"),
                         table,
                         index,
                         slot = location.l0,

@@ -170,7 +170,9 @@ impl Device {
             .map_err(|_| invalid(raw_opcode, CqeStatus::LocalQpOpErr, "a defined SQ opcode (§7.2)"))?;
         let uc = config.service == ServiceType::Uc;
         let kind = match opcode {
-            SqOpcode::Send | SqOpcode::SendWithImm | SqOpcode::SendWithInv => WqeKind::Send,
+            SqOpcode::Send | SqOpcode::SendWithImm => WqeKind::Send,
+            // UC has no SEND with Invalidate (no IETH outside RC and XRC).
+            SqOpcode::SendWithInv if !uc => WqeKind::Send,
             SqOpcode::RdmaWrite | SqOpcode::RdmaWriteWithImm => WqeKind::Write,
             SqOpcode::RdmaRead if !uc => WqeKind::Read,
             SqOpcode::AtomCmpAndSwap | SqOpcode::AtomFetchAndAdd if !uc => WqeKind::Atomic,
@@ -179,7 +181,7 @@ impl Device {
                     raw_opcode,
                     CqeStatus::LocalQpOpErr,
                     if uc {
-                        "SEND, SEND_WITH_IMM/INV or RDMA WRITE (with immediate) on a UC QP"
+                        "SEND, SEND_WITH_IMM or RDMA WRITE (with immediate) on a UC QP"
                     } else {
                         "an opcode the transport executes (masked atomics, FRMR, LOCAL_INV and BIND_MW are not supported)"
                     },

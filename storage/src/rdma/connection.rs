@@ -12,7 +12,7 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
-use rnic_verbs::{Context, QueuePair};
+use rnic_verbs::{AhAttributes, Context, Gid, Mtu, QueuePair, RcConnection};
 
 /// Where a listener listens: an IPv4 address and a port (RDMA-CM's TCP port space).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -132,6 +132,12 @@ pub trait Connection: Send {
     fn is_disconnected(&mut self) -> bool;
     /// Disconnects: moves `qp` to ERR (flushing its work requests) and tells the peer.
     fn disconnect(&mut self, qp: &QueuePair);
+    /// After [`Connection::disconnect`]: whether the peer acknowledged it (the CM's DREP),
+    /// so the QP number may be reused. Connection managers without an acknowledgement
+    /// say yes at once.
+    fn disconnect_acknowledged(&mut self) -> bool {
+        true
+    }
 }
 
 /// The active side's connection manager.
@@ -182,4 +188,78 @@ pub trait Listener: Send {
     fn address(&self) -> ServiceAddress;
     /// The next connection request, if one arrived.
     fn poll_request(&mut self) -> Option<Box<dyn IncomingRequest>>;
+}
+
+/// Transport settings a connection manager gives every RC QP it connects.
+#[derive(Debug, Clone, Copy)]
+pub struct RcPathConfig {
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// Local ACK timeout exponent (4.096 µs × 2^n).
+    pub ack_timeout: u8,
+    /// RNR NAK timer code the peer is asked to wait.
+    pub min_rnr_timer: u8,
+}
+
+impl Default for RcPathConfig {
+    fn default() -> Self {
+        Self {
+            path_mtu: Mtu::Mtu4096,
+            // 4.096 µs × 2^12 ≈ 17 ms: long against a fabric round trip, short enough
+            // that a lost tail packet costs little time on a faulty wire.
+            ack_timeout: 12,
+            min_rnr_timer: 1,
+        }
+    }
+}
+
+/// One end's addressing: what the peer needs to connect its QP to this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct End {
+    pub qpn: u32,
+    pub psn: u32,
+    pub gid: Gid,
+    pub mac: [u8; 6],
+}
+
+impl End {
+    pub fn of(context: &Context, qp: &QueuePair, psn: u32) -> Result<Self, ConnectionError> {
+        Ok(Self {
+            qpn: qp.qp_num(),
+            psn,
+            gid: context
+                .query_gid(1, 0)
+                .map_err(|e| ConnectionError::Verbs(e.to_string()))?,
+            mac: context.mac_address(),
+        })
+    }
+}
+
+/// The RESET→RTS values of an RC QP towards `peer`, sending from `own_psn`.
+pub(crate) fn rc_connection(
+    config: &RcPathConfig,
+    peer: &End,
+    own_psn: u32,
+    responder_resources: u8,
+    initiator_depth: u8,
+    rnr_retry: u8,
+) -> RcConnection {
+    RcConnection {
+        path_mtu: config.path_mtu,
+        dest_qp_num: peer.qpn,
+        rq_psn: peer.psn,
+        sq_psn: own_psn,
+        ah_attr: AhAttributes {
+            dgid: peer.gid,
+            dmac: peer.mac,
+            hop_limit: 64,
+            ..AhAttributes::default()
+        },
+        max_dest_rd_atomic: responder_resources,
+        min_rnr_timer: config.min_rnr_timer,
+        max_rd_atomic: initiator_depth,
+        timeout: config.ack_timeout,
+        retry_cnt: 7,
+        rnr_retry,
+    }
 }

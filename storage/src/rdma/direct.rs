@@ -12,11 +12,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rnic_verbs::{AhAttributes, Context, Gid, Mtu, QpAttributeMask, QpAttributes, QpState, QueuePair, RcConnection};
+use rnic_verbs::{Context, QpAttributeMask, QpAttributes, QpState, QueuePair, RcConnection};
 
 use super::connection::{
-    AcceptParams, ConnectParams, ConnectResult, Connection, ConnectionError, Connector, Established, IncomingRequest,
-    Listener, PendingConnect, ServiceAddress,
+    rc_connection, AcceptParams, ConnectParams, ConnectResult, Connection, ConnectionError, Connector, End,
+    Established, IncomingRequest, Listener, PendingConnect, RcPathConfig, ServiceAddress,
 };
 
 /// Most private data a CM REQ carries for a consumer behind RDMA-CM's IP header.
@@ -26,53 +26,8 @@ pub const MAX_REPLY_PRIVATE_DATA: usize = 196;
 /// Most private data a CM REJ carries.
 pub const MAX_REJECT_PRIVATE_DATA: usize = 148;
 
-/// Transport settings the direct connection manager gives every QP it connects.
-#[derive(Debug, Clone, Copy)]
-pub struct DirectCmConfig {
-    /// Path MTU.
-    pub path_mtu: Mtu,
-    /// Local ACK timeout exponent (4.096 µs × 2^n).
-    pub ack_timeout: u8,
-    /// RNR NAK timer code the peer is asked to wait.
-    pub min_rnr_timer: u8,
-}
-
-impl Default for DirectCmConfig {
-    fn default() -> Self {
-        Self {
-            path_mtu: Mtu::Mtu4096,
-            // 4.096 µs × 2^12 ≈ 17 ms: long against a fabric round trip, short enough
-            // that a lost tail packet costs little time on a faulty wire.
-            ack_timeout: 12,
-            min_rnr_timer: 1,
-        }
-    }
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// One end's addressing.
-#[derive(Debug, Clone, Copy)]
-struct End {
-    qpn: u32,
-    psn: u32,
-    gid: Gid,
-    mac: [u8; 6],
-}
-
-impl End {
-    fn of(context: &Context, qp: &QueuePair, psn: u32) -> Result<Self, ConnectionError> {
-        Ok(Self {
-            qpn: qp.qp_num(),
-            psn,
-            gid: context
-                .query_gid(1, 0)
-                .map_err(|e| ConnectionError::Verbs(e.to_string()))?,
-            mac: context.mac_address(),
-        })
-    }
 }
 
 #[derive(Debug)]
@@ -109,7 +64,7 @@ struct Registry {
 #[derive(Clone)]
 pub struct DirectCm {
     registry: Arc<Mutex<Registry>>,
-    config: DirectCmConfig,
+    config: RcPathConfig,
 }
 
 impl std::fmt::Debug for DirectCm {
@@ -122,13 +77,13 @@ impl std::fmt::Debug for DirectCm {
 
 impl Default for DirectCm {
     fn default() -> Self {
-        Self::new(DirectCmConfig::default())
+        Self::new(RcPathConfig::default())
     }
 }
 
 impl DirectCm {
     /// A connection manager with no listeners.
-    pub fn new(config: DirectCmConfig) -> Self {
+    pub fn new(config: RcPathConfig) -> Self {
         Self {
             registry: Arc::new(Mutex::new(Registry {
                 next_psn: 0x10_0000,
@@ -165,34 +120,6 @@ impl DirectCm {
         let mut registry = lock(&self.registry);
         registry.next_psn = registry.next_psn.wrapping_mul(1_103_515_245).wrapping_add(12_345) & 0xFF_FFFF;
         registry.next_psn
-    }
-
-    fn rc_connection(
-        &self,
-        peer: &End,
-        own_psn: u32,
-        responder_resources: u8,
-        initiator_depth: u8,
-        rnr: u8,
-    ) -> RcConnection {
-        RcConnection {
-            path_mtu: self.config.path_mtu,
-            dest_qp_num: peer.qpn,
-            rq_psn: peer.psn,
-            sq_psn: own_psn,
-            ah_attr: AhAttributes {
-                dgid: peer.gid,
-                dmac: peer.mac,
-                hop_limit: 64,
-                ..AhAttributes::default()
-            },
-            max_dest_rd_atomic: responder_resources,
-            min_rnr_timer: self.config.min_rnr_timer,
-            max_rd_atomic: initiator_depth,
-            timeout: self.config.ack_timeout,
-            retry_cnt: 7,
-            rnr_retry: rnr,
-        }
     }
 }
 
@@ -255,7 +182,8 @@ impl PendingConnect for DirectPending {
                 responder_resources,
                 initiator_depth,
             } => {
-                let connection = self.cm.rc_connection(
+                let connection = rc_connection(
+                    &self.cm.config,
                     end,
                     state.requester.psn,
                     state.params.responder_resources,
@@ -378,7 +306,8 @@ impl IncomingRequest for DirectRequest {
                 return Err(e);
             }
         };
-        let connection = self.cm.rc_connection(
+        let connection = rc_connection(
+            &self.cm.config,
             &state.requester,
             own.psn,
             params.responder_resources,

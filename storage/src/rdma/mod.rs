@@ -11,6 +11,11 @@
 //!   (RESET→INIT→RTR→RTS on both ends, as `rnic-bench` does) and carries the private
 //!   data between them, so both ends of a protocol can be tested in one process before
 //!   and besides the real CM.
+//! * [`exchange`] — across processes before the RDMA CM: the same exchange over TCP at
+//!   the service's address (the way perftest swaps QP numbers without rdma_cm).
+//! * [`rdma_cm`] — over the RDMA connection manager (IB CM on QP1, RDMA-CM addressing):
+//!   what Linux's `rdma_cm` talks to, and what puts REQ/REP/RTU on the wire.
+//! * [`setup`] — opening a NIC and choosing a connection manager from tool flags.
 //! * [`memory`] — registered memory a protocol needs: fixed slots (receive buffers,
 //!   command capsules, responses) and a pool of variable-size data buffers.
 //! * [`reactor`] — who lets time pass: the embedded fabric's virtual clock with every
@@ -18,13 +23,19 @@
 
 pub mod connection;
 pub mod direct;
+pub mod exchange;
 pub mod memory;
+pub mod rdma_cm;
 pub mod reactor;
+pub mod setup;
 
+pub use connection::RcPathConfig;
 pub use connection::{
     AcceptParams, ConnectParams, ConnectResult, Connection, ConnectionError, Connector, Established, IncomingRequest,
     Listener, PendingConnect, ServiceAddress,
 };
-pub use direct::{DirectCm, DirectCmConfig};
+pub use direct::DirectCm;
+pub use exchange::ExchangeCm;
 pub use memory::{BufferPool, DataBuffer, SlotRegion};
+pub use rdma_cm::RdmaCm;
 pub use reactor::{Clock, EmbeddedReactor, Pace, Poller, Reactor, WallReactor};

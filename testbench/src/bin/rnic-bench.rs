@@ -121,6 +121,10 @@ struct Arguments {
     /// link-local GID; the link-local one is 1 with --ip).
     #[arg(long, default_value_t = 0)]
     gid_index: u8,
+    /// Connect the queue pairs through the connection manager (IB CM on QP1 with RDMA-CM
+    /// addressing, as rdma_cm does) instead of programming both ends directly.
+    #[arg(long)]
+    cm: bool,
     /// With --peer perftest: the peer's MAC, needed when its GID is not link-local
     /// (perftest does not exchange MACs), e.g. 52:54:00:12:34:56.
     #[arg(long, value_name = "MAC", value_parser = parse_mac)]
@@ -204,6 +208,7 @@ fn main() -> ExitCode {
         tx_depth: arguments.tx_depth,
         cq_moderation: arguments.cq_mod,
         single_buffer: arguments.single_buffer,
+        connection_manager: arguments.cm,
     };
     if arguments.operation.is_none() {
         if arguments.device.is_some() {

@@ -12,10 +12,12 @@
 
 mod dma_pool;
 pub mod embedded;
+pub mod host;
 pub mod pci;
 pub mod vfio_user;
 
 pub use embedded::{EmbeddedConfig, EmbeddedDevice, EmbeddedFabric, UserMemoryLayout};
+pub use host::{HostNic, HostNicConfig};
 pub use pci::{PciDevice, PciOptions, PciSelector};
 pub use rnic_hw_model::fabric::{CapturedFrame, DeviceId, FabricConfig, FabricStatistics, FaultPlan};
 pub use vfio_user::{VfioUserDevice, VfioUserOptions};
@@ -56,6 +58,7 @@ fn wall_clock_delay(nanoseconds: u64) {
 /// | `pci` | [`PciDevice`]: the first PCI function with the rnic's IDs under `/sys/bus/pci/devices` (root, huge pages, polling) |
 /// | `pci:DDDD:BB:DD.F` | [`PciDevice`] on that function |
 /// | `pci,mac=MAC`, `pci:DDDD:BB:DD.F,mac=MAC` | the same, with the port MAC (the emulator's `--mac`; default [`vfio_user::DEFAULT_MAC`]) |
+/// | `udp:IP[,mac=MAC]` | a [`HostNic`]: the model in this process on the wall clock, RoCEv2 over a UDP socket bound to `IP:4791` (give the driver `IP` as its IPv4 GID) |
 ///
 /// ```
 /// let device = rnic_verbs::backend::open_device("embedded").unwrap();
@@ -79,6 +82,14 @@ pub fn open_device(spec: &str) -> Result<Box<dyn DeviceAccess>, AccessError> {
         ),
         None => (spec, None),
     };
+    if let Some(address) = base.strip_prefix("udp:") {
+        let net: rnic_net::NetSpec = format!("udp:{address}").parse().map_err(invalid)?;
+        let mut device = rnic_hw_model::config::DeviceConfig::default();
+        if let Some(mac) = mac {
+            device.mac_address = mac;
+        }
+        return Ok(Box::new(HostNic::open(HostNicConfig { device, net })?));
+    }
     if base == "pci" || base.starts_with("pci:") {
         let selector = match base.strip_prefix("pci:") {
             Some(address) => PciSelector::address(address)?,
@@ -92,8 +103,8 @@ pub fn open_device(spec: &str) -> Result<Box<dyn DeviceAccess>, AccessError> {
     }
     let Some(path) = base.strip_prefix("vfio-user:") else {
         return Err(invalid(format!(
-            "unknown device string {spec:?}: expected `embedded`, `vfio-user:PATH[,mac=MAC]` \
-             or `pci[:DDDD:BB:DD.F][,mac=MAC]`"
+            "unknown device string {spec:?}: expected `embedded`, `vfio-user:PATH[,mac=MAC]`, \
+             `pci[:DDDD:BB:DD.F][,mac=MAC]` or `udp:IP[,mac=MAC]`"
         )));
     };
     let mut options = VfioUserOptions::default();

@@ -173,6 +173,10 @@ impl NeighbourResolver for KernelNeighbours {
         let IpAddr::V4(v4) = peer else {
             return Neighbour::Unknown;
         };
+        if v4.is_loopback() || v4.is_unspecified() {
+            // Loopback has no neighbours (`rnic-emu --net udp:127.0.0.N`).
+            return Neighbour::Unknown;
+        }
         if let Some(mac) = Self::lookup(v4) {
             return Neighbour::Known(mac);
         }

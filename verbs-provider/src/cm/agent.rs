@@ -18,8 +18,12 @@ use crate::verbs::{
     SendWorkRequest, Sge, UdFields, VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
-/// Bytes of one receive buffer: the GRH slot and a MAD, rounded up.
-const RECEIVE_SLOT: u64 = 512;
+/// Bytes a receive takes: the GRH slot and the largest UD message (4096), so no datagram
+/// can complete a receive with a length error (which moves a QP to ERR under hns rules):
+/// whatever arrives is received and judged by its length.
+const RECEIVE_LENGTH: usize = UD_GRH_LENGTH + 4096;
+/// Bytes between two receive buffers.
+const RECEIVE_SLOT: u64 = 4096 + 64;
 /// Most MADs waiting for a free send buffer; more are dropped (and counted).
 const SEND_BACKLOG: usize = 1024;
 /// Send work requests are told apart from receives by this bit of the `wr_id`.
@@ -51,8 +55,6 @@ pub(crate) struct ReceivedMad {
     pub peer: MadPeer,
     /// The sender's address (the GRH's source).
     pub source: IpAddr,
-    /// The sending QP (1 for a CM).
-    pub source_qp: u32,
 }
 
 /// Counters of the agent.
@@ -68,6 +70,8 @@ pub struct AgentCounters {
     pub send_errors: u64,
     /// MADs dropped because the send backlog was full.
     pub backlog_drops: u64,
+    /// Times QP1 was found in ERR and brought back up.
+    pub recoveries: u64,
 }
 
 /// One device's QP1 and its buffers.
@@ -90,6 +94,7 @@ pub(crate) struct GsiAgent {
     qp: QueuePair,
     buffers: MemoryRegion,
     receive_slots: u32,
+    send_slots: u32,
     free_send_slots: Vec<u32>,
     backlog: VecDeque<(Box<[u8; MAD_LEN]>, MadPeer)>,
     pub counters: AgentCounters,
@@ -176,6 +181,7 @@ impl GsiAgent {
             qp,
             buffers,
             receive_slots,
+            send_slots,
             free_send_slots: (0..send_slots).rev().collect(),
             backlog: VecDeque::new(),
             counters: AgentCounters::default(),
@@ -198,7 +204,7 @@ impl GsiAgent {
     fn post_receive(&self, slot: u32) -> Result<(), VerbsError> {
         let sge = [Sge::new(
             self.receive_address(slot),
-            (UD_GRH_LENGTH + MAD_LEN) as u32,
+            RECEIVE_LENGTH as u32,
             self.buffers.lkey(),
         )];
         self.qp
@@ -256,14 +262,75 @@ impl GsiAgent {
                 if let Some(mad) = self.take_receive(slot, wc) {
                     out.push(mad);
                 }
-                if let Err(error) = self.post_receive(slot) {
-                    tracing::warn!(target: "rnic::diag", %error, slot, "QP1 receive could not be posted again");
+                // A failed receive means QP1 went to ERR; it is rebuilt below, with every
+                // receive posted again (posting to a QP in ERR would only flush again).
+                if wc.status == WcStatus::Success {
+                    if let Err(error) = self.post_receive(slot) {
+                        tracing::warn!(target: "rnic::diag", %error, slot, "QP1 receive could not be posted again");
+                    }
                 }
             }
+        }
+        if self.qp.state() == QpState::Err {
+            self.recover();
         }
         self.flush_backlog();
         self.cq.req_notify(false);
         any
+    }
+
+    /// Brings QP1 back from ERR: RESET (which forgets its WQEs and their completions),
+    /// INIT → RTR → RTS, every receive posted, every send buffer free. Linux's MAD layer
+    /// leaves a QP1 in error dead; a CM that hostile input could silence is worse.
+    fn recover(&mut self) {
+        self.counters.recoveries += 1;
+        tracing::warn!(target: "rnic::diag", recoveries = self.counters.recoveries, "QP1 was in ERR: brought back up");
+        let steps = [
+            (
+                QpAttributes {
+                    qp_state: QpState::Reset,
+                    ..QpAttributes::default()
+                },
+                QpAttributeMask::STATE,
+            ),
+            (
+                QpAttributes {
+                    qp_state: QpState::Init,
+                    pkey_index: 0,
+                    port_num: 1,
+                    qkey: GSI_QKEY,
+                    ..QpAttributes::default()
+                },
+                QpAttributeMask::STATE | QpAttributeMask::PKEY_INDEX | QpAttributeMask::PORT | QpAttributeMask::QKEY,
+            ),
+            (
+                QpAttributes {
+                    qp_state: QpState::Rtr,
+                    ..QpAttributes::default()
+                },
+                QpAttributeMask::STATE,
+            ),
+            (
+                QpAttributes {
+                    qp_state: QpState::Rts,
+                    sq_psn: 0,
+                    ..QpAttributes::default()
+                },
+                QpAttributeMask::STATE | QpAttributeMask::SQ_PSN,
+            ),
+        ];
+        for (attributes, mask) in steps {
+            if let Err(error) = self.qp.modify(&attributes, mask) {
+                tracing::warn!(target: "rnic::diag", %error, "QP1 could not be brought back up");
+                return;
+            }
+        }
+        self.free_send_slots = (0..self.send_slots).rev().collect();
+        for slot in 0..self.receive_slots {
+            if let Err(error) = self.post_receive(slot) {
+                tracing::warn!(target: "rnic::diag", %error, slot, "QP1 receive could not be posted");
+            }
+        }
     }
 
     fn take_receive(&mut self, slot: u32, wc: &WorkCompletion) -> Option<ReceivedMad> {
@@ -272,7 +339,7 @@ impl GsiAgent {
             self.counters.receive_errors += 1;
             return None;
         }
-        let length = (wc.byte_len as usize).min(UD_GRH_LENGTH + MAD_LEN);
+        let length = (wc.byte_len as usize).min(RECEIVE_LENGTH);
         let mut bytes = vec![0u8; length];
         if self
             .buffers
@@ -303,7 +370,6 @@ impl GsiAgent {
                 flow_label,
             },
             source,
-            source_qp: wc.src_qp,
         })
     }
 

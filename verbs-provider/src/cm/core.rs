@@ -48,7 +48,7 @@ pub struct CmCounters {
     pub retransmissions: u64,
     /// MADs refused as malformed (truncated, bad lengths, bad fields).
     pub malformed: u64,
-    /// MADs of another class, version or method, or sent from a QP other than 1.
+    /// MADs of another class, version or method.
     pub not_cm: u64,
     /// CM MADs of attributes not handled (ClassPortInfo, LAP, APR, unknown).
     pub unknown_attribute: u64,
@@ -1533,12 +1533,9 @@ impl Core {
 
     /// One MAD from device `device`'s QP1.
     pub fn handle_mad(&mut self, device: usize, received: ReceivedMad, now: u64) {
-        if received.source_qp != rnic_firmware_if::context::GSI_QPN {
-            diag!(
-                self.counters.not_cm,
-                source_qp = received.source_qp,
-                "MAD on QP1 from a QP other than 1: dropped"
-            );
+        // Any source QP is accepted, as Linux's MAD layer does; answers go to QP1.
+        if received.bytes.len() > MAD_LEN {
+            diag!(self.counters.malformed, length = received.bytes.len(), from = %received.source, "datagram on QP1 longer than a MAD: dropped");
             return;
         }
         let mad = match CmMad::parse(&received.bytes) {

@@ -120,6 +120,19 @@ impl CmId {
         self.read(|e| e.destination)
     }
 
+    /// The IB CM communication IDs of the id's connection, (local, remote), once a REQ
+    /// went out or came in (for logs and captures: they are the CM messages' first
+    /// fields).
+    ///
+    /// # Errors
+    /// [`CmError::NoSuchId`].
+    pub fn communication_ids(&self) -> Result<Option<(u32, u32)>> {
+        self.read(|e| match &e.state {
+            super::state::IdState::Connection(c) => Some((c.local_comm_id, c.remote_comm_id)),
+            _ => None,
+        })
+    }
+
     /// The resolved route (`id->route`).
     ///
     /// # Errors

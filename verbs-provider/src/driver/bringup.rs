@@ -63,6 +63,10 @@ pub struct DriverConfig {
     /// An IPv4 address for the port: GID 0 becomes the IPv4-mapped RoCEv2 GID and the
     /// MAC-derived link-local GID moves to index 1. `None`: GID 0 is the link-local GID.
     pub ipv4_address: Option<[u8; 4]>,
+    /// With an `ipv4_address`: put the link-local GID at index 0 and the IPv4-mapped one
+    /// at index 1, as Linux does (rxe, mlx5), for applications that search the table
+    /// from index 1 (perftest) or are told `-g 1`.
+    pub link_local_gid_first: bool,
     /// Once the EQs exist, await mailbox completions as AEQ events (hns `cmd_mod = 1`)
     /// instead of polling `QUERY_MB_ST`.
     pub mailbox_event_mode: bool,
@@ -77,6 +81,7 @@ impl Default for DriverConfig {
             max_eq_depth: 1024,
             mac_address: None,
             ipv4_address: None,
+            link_local_gid_first: false,
             mailbox_event_mode: true,
         }
     }
@@ -420,10 +425,15 @@ impl Driver {
                 gid_type: GidType::RoceV2Ipv4,
             });
         }
-        wanted.push(GidTableEntry {
+        let link_local = GidTableEntry {
             gid: link_local_gid(mac),
             gid_type: GidType::RoceV2Ipv6,
-        });
+        };
+        if config.link_local_gid_first {
+            wanted.insert(0, link_local);
+        } else {
+            wanted.push(link_local);
+        }
         for (index, entry) in wanted.into_iter().enumerate().take(gid_table_length) {
             let mut payload = GidEntry::zeroed();
             payload.set_index(index as u8);

@@ -119,6 +119,18 @@ impl DeviceAccess for CountingAccess {
         self.registrations.fetch_sub(1, Ordering::Relaxed);
         self.inner.unregister_user_memory(memory)
     }
+    fn register_application_memory(
+        &self,
+        range: std::sync::Arc<crate::device_access::ApplicationRange>,
+    ) -> Result<UserMemory, AccessError> {
+        let memory = self.inner.register_application_memory(range)?;
+        self.registrations.fetch_add(1, Ordering::Relaxed);
+        Ok(memory)
+    }
+    fn unregister_application_memory(&self, memory: UserMemory) {
+        self.registrations.fetch_sub(1, Ordering::Relaxed);
+        self.inner.unregister_application_memory(memory)
+    }
     fn delay(&self, nanoseconds: u64) {
         self.inner.delay(nanoseconds)
     }

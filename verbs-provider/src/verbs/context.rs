@@ -576,6 +576,13 @@ impl Context {
         state.async_events.pop_front()
     }
 
+    /// Consumes every pending event-queue entry: completion events go to their CQ's
+    /// channel (and its notifier), asynchronous events to the queue
+    /// [`Context::get_async_event`] reads. What an interrupt handler calls.
+    pub fn process_events(&self) {
+        self.inner.lock().process_events();
+    }
+
     /// Waits up to `timeout_ns` (device time) for an asynchronous event. The wait is
     /// cut into slices of at most 10 ms, each ended early by any interrupt, so the total
     /// wait never exceeds the timeout.

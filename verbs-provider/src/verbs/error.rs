@@ -132,6 +132,7 @@ impl VerbsError {
             Self::Memory { source, .. } => match source {
                 AccessError::OutOfMemory { .. } => ENOMEM,
                 AccessError::InvalidRequest { .. } => EINVAL,
+                AccessError::Unsupported { .. } => EOPNOTSUPP,
                 AccessError::Unmapped { .. } | AccessError::UnknownHandle { .. } => EFAULT,
             },
             Self::BringUp(_) => EIO,

@@ -125,10 +125,14 @@ pub struct CqEvent {
     pub cq_number: u32,
 }
 
+/// Called once per completion event queued on a channel.
+type ChannelNotifier = Arc<dyn Fn() + Send + Sync>;
+
 pub(crate) struct ChannelInner {
     pub(crate) context: Arc<ContextInner>,
     /// Pending events: the CQ and its event counters.
     events: Mutex<VecDeque<(u32, Arc<EventCounts>)>>,
+    notifier: Mutex<Option<ChannelNotifier>>,
 }
 
 impl ChannelInner {
@@ -137,6 +141,10 @@ impl ChannelInner {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push_back((cqn, counts));
+        let notifier = self.notifier.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(notifier) = notifier {
+            notifier();
+        }
     }
 
     /// The oldest event, counted as delivered to its CQ (what `ibv_ack_cq_events` must
@@ -169,6 +177,7 @@ impl Context {
             inner: Arc::new(ChannelInner {
                 context: self.inner.clone(),
                 events: Mutex::new(VecDeque::new()),
+                notifier: Mutex::new(None),
             }),
         }
     }
@@ -184,6 +193,21 @@ impl CompletionChannel {
             return Some(CqEvent { cq_number: cqn });
         }
         self.inner.context.lock().process_events();
+        self.inner.pop().map(|cqn| CqEvent { cq_number: cqn })
+    }
+
+    /// Sets a function called once for every completion event queued on this channel,
+    /// from whichever thread processes the event queues (a C library's channel file
+    /// descriptor is made readable that way). It runs under the context's lock: it must
+    /// not call back into the verbs API.
+    pub fn set_notifier(&self, notifier: impl Fn() + Send + Sync + 'static) {
+        *self.inner.notifier.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(notifier));
+    }
+
+    /// The oldest completion event already queued on this channel, without processing the
+    /// event queues (the counterpart of [`CompletionChannel::set_notifier`]: one call per
+    /// notification).
+    pub fn take_cq_event(&self) -> Option<CqEvent> {
         self.inner.pop().map(|cqn| CqEvent { cq_number: cqn })
     }
 

@@ -66,6 +66,8 @@ const PBL_BA_PAGE_SHIFT: u32 = 12;
 enum Memory {
     Provider(DmaBuffer),
     User(UserMemory),
+    /// The application's own bytes, reached in place.
+    Application(UserMemory),
 }
 
 pub(crate) struct MrInner {
@@ -77,6 +79,9 @@ pub(crate) struct MrInner {
     access: AccessFlags,
     /// 4 KiB page addresses, for the CPU helpers.
     pages: Vec<u64>,
+    /// Where the region starts inside `pages[0]` (`iova % 4096`: an application buffer
+    /// need not start on a page).
+    first_page_offset: u64,
     page_shift: u32,
     hop: u8,
     released: AtomicBool,
@@ -113,6 +118,7 @@ impl MrInner {
             match memory {
                 Memory::Provider(buffer) => access.free_dma(buffer),
                 Memory::User(user) => bytes = Some(access.unregister_user_memory(user)),
+                Memory::Application(user) => access.unregister_application_memory(user),
             }
         }
         tracing::debug!(index = self.index, "MR deregistered");
@@ -134,7 +140,7 @@ impl MrInner {
         let access = &*self.pd.context.access;
         let mut done = 0usize;
         while done < out.len() {
-            let at = offset + done as u64;
+            let at = self.first_page_offset + offset + done as u64;
             let in_page = (at % PAGE_SIZE) as usize;
             let chunk = (PAGE_SIZE as usize - in_page).min(out.len() - done);
             let page = self.pages[(at >> MIN_PAGE_SHIFT) as usize];
@@ -248,6 +254,45 @@ impl ProtectionDomain {
         self.register(Memory::User(user), pages, iova, length, access)
     }
 
+    /// `ibv_reg_mr_iova2` on the application's own memory, reached in place
+    /// ([`DeviceAccess::register_application_memory`]): the device reads and writes the
+    /// bytes of `range` while the application keeps using them, and the region counts
+    /// from `iova`. `iova` must sit at the same offset inside its 4 KiB page as
+    /// `range.address()` (a page maps to a page).
+    ///
+    /// # Errors
+    /// [`VerbsError::InvalidArgument`] for bad access flags or a misplaced iova;
+    /// [`VerbsError::Memory`] with [`AccessError::Unsupported`](crate::device_access::AccessError::Unsupported)
+    /// (`EOPNOTSUPP`) when the backend cannot reach application memory; as
+    /// [`ProtectionDomain::register_provider_memory`] otherwise.
+    pub fn register_application_memory(
+        &self,
+        range: Arc<crate::device_access::ApplicationRange>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion> {
+        if iova % PAGE_SIZE != range.address() as u64 % PAGE_SIZE {
+            return Err(VerbsError::InvalidArgument(format!(
+                "iova {iova:#x} and address {:#x} sit at different offsets in their 4 KiB pages",
+                range.address()
+            )));
+        }
+        if iova.checked_add(range.len() as u64).is_none() {
+            return Err(VerbsError::InvalidArgument(format!(
+                "iova {iova:#x} + {} bytes wraps the address space",
+                range.len()
+            )));
+        }
+        access.check()?;
+        let length = range.len() as u64;
+        let device = &*self.inner.context.access;
+        let user = device
+            .register_application_memory(range)
+            .map_err(VerbsError::memory("map application memory"))?;
+        let pages = user.pages().to_vec();
+        self.register(Memory::Application(user), pages, iova, length, access)
+    }
+
     fn register(
         &self,
         memory: Memory,
@@ -263,6 +308,7 @@ impl ProtectionDomain {
             Memory::User(user) => {
                 device.unregister_user_memory(user);
             }
+            Memory::Application(user) => device.unregister_application_memory(user),
         };
 
         let caps = &context.info.caps;
@@ -347,6 +393,7 @@ impl ProtectionDomain {
             length,
             access,
             pages,
+            first_page_offset: iova % PAGE_SIZE,
             page_shift,
             hop,
             released: AtomicBool::new(false),
@@ -444,7 +491,7 @@ impl MemoryRegion {
         self.check_range(offset, length)?;
         let mut done = 0usize;
         while done < length {
-            let at = offset + done as u64;
+            let at = self.inner.first_page_offset + offset + done as u64;
             let page = (at >> MIN_PAGE_SHIFT) as usize;
             let in_page = (at % PAGE_SIZE) as usize;
             let chunk = (PAGE_SIZE as usize - in_page).min(length - done);

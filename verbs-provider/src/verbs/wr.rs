@@ -25,7 +25,10 @@ use super::error::{EFAULT, EINVAL, ENOMEM};
 use super::qp::{QpState, QpType};
 
 /// `ibv_sge`: one local buffer, `length` bytes at `addr` in the memory region of `lkey`.
+/// Laid out as the C `struct ibv_sge`, so a C ABI layer can hand an application's SGE
+/// array over as it is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
 pub struct Sge {
     /// Address (an iova of the region of `lkey`).
     pub addr: u64,

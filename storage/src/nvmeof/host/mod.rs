@@ -40,6 +40,9 @@ use queue::{HostBuffer, HostQueue, Outstanding, Owner};
 
 pub use crate::nvmeof::target::DISCOVERY_NQN;
 
+/// Longest wait for the target to acknowledge a disconnect, ns.
+const DISCONNECT_WAIT_NS: u64 = 500_000_000;
+
 const DIAG_STRAY_RESPONSE: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "stray response");
 const DIAG_INVALIDATION: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "key not invalidated");
 const DIAG_KEEP_ALIVE: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "keep alive failed");
@@ -288,6 +291,7 @@ pub struct Host {
     failed: Option<String>,
     recovering: bool,
     polls: u32,
+    io_polls: u32,
 }
 
 impl std::fmt::Debug for Host {
@@ -350,6 +354,7 @@ impl Host {
             failed: None,
             recovering: false,
             polls: 0,
+            io_polls: 0,
         };
         host.recovering = true;
         let result = host.establish();
@@ -419,6 +424,11 @@ impl Host {
         // Fabrics Connect on the admin queue: a dynamic controller.
         let dw0 = self.fabrics_connect(0, admin_entries, CNTLID_DYNAMIC)?;
         self.cntlid = dw0 as u16;
+        // The controller's keep-alive timer runs from its Connect: keep it fed through
+        // the rest of the bring-up (a lost CM message costs seconds).
+        self.keep_alive_outstanding = false;
+        self.next_keep_alive_ns =
+            (self.config.kato_ms > 0).then(|| self.now() + u64::from(self.config.kato_ms) * 500_000);
         self.cap = Cap::from_u64(self.property_get(offset::CAP, PropertySize::Eight)?);
         let _version = self.property_get(offset::VS, PropertySize::Four)?;
         let cc = Cc::from_u32(self.property_get(offset::CC, PropertySize::Four)? as u32);
@@ -474,9 +484,6 @@ impl Host {
                 self.submit_internal(0, Command::AsyncEventRequest, Owner::AsyncEvent)?;
             }
             self.refresh_namespaces()?;
-        }
-        if self.config.kato_ms > 0 {
-            self.next_keep_alive_ns = Some(self.now() + u64::from(self.config.kato_ms) * 500_000);
         }
         self.failed = None;
         Ok(())
@@ -776,7 +783,7 @@ impl Host {
             lid,
             lsp: 0,
             rae: false,
-            dwords,
+            dwords: u64::from(dwords),
             offset: at,
             nsid,
         };
@@ -1127,7 +1134,10 @@ impl Host {
     /// [`HostError::Disconnected`] when the connection was lost and could not be
     /// restored.
     pub fn poll(&mut self, completions: &mut Vec<IoCompletion>) -> Result<usize> {
-        self.poll_queues();
+        self.io_polls = self.io_polls.wrapping_add(1);
+        // The admin queue carries only Keep Alives and events on the I/O path: a look
+        // every few polls is enough.
+        self.poll_queues_with(self.io_polls.is_multiple_of(16));
         if let Some(reason) = &self.failed {
             return Err(HostError::Disconnected(reason.clone()));
         }
@@ -1288,8 +1298,13 @@ impl Host {
 
     /// Polls every queue's CQ, finishes commands, and runs the timers; returns the work done.
     fn poll_queues(&mut self) -> usize {
+        self.poll_queues_with(true)
+    }
+
+    fn poll_queues_with(&mut self, admin: bool) -> usize {
         let mut work = 0;
-        for queue in 0..self.queues.len() {
+        let first = usize::from(!admin);
+        for queue in first..self.queues.len() {
             match self.poll_queue(queue) {
                 Ok(n) => work += n,
                 Err(reason) => {
@@ -1312,6 +1327,7 @@ impl Host {
         let mut completions = std::mem::take(&mut q.completions);
         let count = q.cq.poll(&mut completions).map_err(|e| e.to_string())?;
         let mut result = Ok(count);
+        let mut touched: Vec<usize> = Vec::with_capacity(count);
         for wc in &completions[..count] {
             if wc.status != WcStatus::Success {
                 result = Err(format!(
@@ -1324,6 +1340,7 @@ impl Host {
             if wc.wr_id >> 63 == 0 {
                 if let Some(Some(outstanding)) = q.slots.get_mut(slot) {
                     outstanding.send_done = true;
+                    touched.push(slot);
                 }
             } else {
                 let mut bytes = [0u8; 16];
@@ -1344,9 +1361,10 @@ impl Host {
                     })
                 });
                 match target_slot.and_then(|s| q.slots[s].as_mut().map(|o| (s, o))) {
-                    Some((_, outstanding)) if outstanding.response.is_none() => {
+                    Some((s, outstanding)) if outstanding.response.is_none() => {
                         outstanding.response = Some(cqe);
                         outstanding.invalidated = invalidated;
+                        touched.push(s);
                     }
                     _ => {
                         self.counters.stray_responses += 1;
@@ -1362,9 +1380,9 @@ impl Host {
             }
         }
         q.completions = completions;
-        // Finish commands whose response and send completion are both in.
+        // Finish the commands touched now whose response and send completion are both in.
         let mut finished = Vec::new();
-        for slot in 0..q.slots.len() {
+        for &slot in &touched {
             let done = q.slots[slot]
                 .as_ref()
                 .is_some_and(|o| o.send_done && o.response.is_some());
@@ -1459,7 +1477,8 @@ impl Host {
         let now = self.now();
         let mut work = 0;
         if let Some(due) = self.next_keep_alive_ns {
-            if now >= due && !self.keep_alive_outstanding && !self.recovering && self.failed.is_none() {
+            let admin_up = self.queues.first().is_some_and(Option::is_some);
+            if now >= due && !self.keep_alive_outstanding && admin_up && self.failed.is_none() {
                 if self.submit_internal(0, Command::KeepAlive, Owner::KeepAlive).is_ok() {
                     self.keep_alive_outstanding = true;
                     self.counters.keep_alives += 1;
@@ -1602,6 +1621,19 @@ impl Host {
         }
         for q in self.queues.iter_mut().rev().flatten() {
             q.connection.disconnect(&q.qp);
+        }
+        // Let the disconnects reach the target before the QPs (and perhaps the process)
+        // go: a target that never heard of them would take a new connection from a QP
+        // number reused soon after for a stale one.
+        let deadline = self.now() + DISCONNECT_WAIT_NS;
+        while self.now() < deadline
+            && !self
+                .queues
+                .iter_mut()
+                .flatten()
+                .all(|q| q.connection.disconnect_acknowledged())
+        {
+            self.reactor.idle(false);
         }
         self.queues.clear();
         self.failed = Some("disconnected".into());

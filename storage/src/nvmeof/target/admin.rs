@@ -16,6 +16,9 @@ use super::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
 use super::subsystem::{Subsystem, SubsystemKind};
 use super::TargetConfig;
 
+/// Controller attribute: traffic-based keep alive (CTRATT bit 6).
+pub const CTRATT_TBKAS: u32 = 1 << 6;
+
 /// Firmware revision reported (the crate's version).
 pub const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
 
@@ -34,6 +37,8 @@ pub(crate) fn identify_controller(config: &TargetConfig, subsystem: &Subsystem, 
         version: Version::V1_3.to_u32(),
         // Namespace Attribute Notices.
         oaes: if discovery { 0 } else { 1 << 8 },
+        // Traffic-based keep alive: any command restarts the timer.
+        ctratt: CTRATT_TBKAS,
         cntrltype: if discovery {
             controller_type::DISCOVERY
         } else {

@@ -49,6 +49,8 @@ pub(crate) struct Controller {
     pub kato_ms: u32,
     /// When the keep-alive timer expires, ns on the target's clock.
     pub keep_alive_deadline: Option<u64>,
+    /// A command arrived since the timer was last restarted (traffic-based keep alive).
+    pub traffic_seen: bool,
     /// I/O queues granted by Set Features Number of Queues (1-based).
     pub io_queues_granted: u16,
     pub async_event_config: u32,
@@ -88,6 +90,7 @@ impl Controller {
             csts: Csts::default(),
             kato_ms: 0,
             keep_alive_deadline: None,
+            traffic_seen: false,
             io_queues_granted: io_queues,
             async_event_config: 0,
             volatile_write_cache: true,
@@ -243,6 +246,17 @@ impl Controller {
             self.error_log.pop_back();
         }
         self.error_log.push_front(entry);
+    }
+
+    /// Whether the keep-alive timer expired by `now_ns`. Traffic-based keep alive (the
+    /// controller says TBKAS, as Linux's target does): any command since the last look
+    /// restarts the timer instead.
+    pub fn keep_alive_expired(&mut self, now_ns: u64) -> bool {
+        if std::mem::take(&mut self.traffic_seen) {
+            self.keep_alive(now_ns);
+            return false;
+        }
+        self.keep_alive_deadline.is_some_and(|deadline| now_ns > deadline)
     }
 
     /// Restarts the keep-alive timer at `now_ns`.
@@ -406,9 +420,17 @@ mod tests {
         c.kato_ms = 2000;
         c.keep_alive(10);
         assert_eq!(c.keep_alive_deadline, Some(2_000_000_010));
+        assert!(!c.keep_alive_expired(2_000_000_010));
+        assert!(c.keep_alive_expired(2_000_000_011));
+        // Traffic restarts the timer.
+        c.traffic_seen = true;
+        assert!(!c.keep_alive_expired(3_000_000_000));
+        assert!(!c.keep_alive_expired(4_999_999_999));
+        assert!(c.keep_alive_expired(5_000_000_001));
         c.kato_ms = 0;
         c.keep_alive(10);
         assert_eq!(c.keep_alive_deadline, None);
+        assert!(!c.keep_alive_expired(u64::MAX));
     }
 
     #[test]

@@ -546,6 +546,7 @@ impl Target {
             waiting: VecDeque::new(),
             ready: VecDeque::new(),
             unanswered: 0,
+            cids_in_use: vec![0; 1024],
             sq_head: 0,
             state: QueueState::AwaitingConnect,
             close_when_drained: false,
@@ -684,9 +685,16 @@ impl Target {
             }
         };
         let (cid, command, data) = (capsule.sqe.cid, capsule.command, capsule.data.clone());
+        if let QueueState::Connected { cntlid } = queue.state {
+            if let Some(controller) = self.controllers.get_mut(&cntlid) {
+                controller.traffic_seen = true;
+            }
+        }
+        let queue = self.queues[q].as_mut().expect("present");
         queue.unanswered += 1;
         queue.sq_head = (queue.sq_head + 1) % queue.entries;
-        let conflict = queue.slots.iter().any(|s| matches!(s, Slot::Busy(r) if r.cid == cid));
+        // A CID of an unanswered command: a conflict (the first keeps it).
+        let conflict = queue.claim_cid(cid);
         queue.slots[slot] = Slot::Busy(Request {
             cid,
             command,
@@ -694,6 +702,7 @@ impl Target {
             length: 0,
             stage: Stage::Ready,
             buffer: None,
+            owns_cid: !conflict,
         });
         if queue.unanswered > u32::from(queue.entries) {
             self.counters.queue_overruns += 1;
@@ -771,7 +780,7 @@ impl Target {
         match *command {
             Command::Identify { .. } => Ok(IDENTIFY_LEN as u32),
             Command::GetLogPage { dwords, .. } => {
-                let bytes = u64::from(dwords) * 4;
+                let bytes = dwords * 4;
                 if bytes > u64::from(max_transfer) {
                     return Err(Status::INVALID_FIELD);
                 }
@@ -1365,6 +1374,7 @@ impl Target {
             length: 0,
             stage: Stage::Ready,
             buffer: None,
+            owns_cid: false,
         });
         self.respond(q, slot, Outcome::error(status));
     }
@@ -1408,6 +1418,9 @@ impl Target {
         };
         let result = queue.post_response(slot, &cqe, write, invalidate);
         queue.unanswered = queue.unanswered.saturating_sub(1);
+        if request.owns_cid {
+            queue.release_cid(request.cid);
+        }
         queue.slots[slot] = Slot::Responding { buffer: request.buffer };
         let qid = queue.qid;
         let cntlid = match queue.state {
@@ -1514,9 +1527,8 @@ impl Target {
         let mut work = 0;
         let expired: Vec<u16> = self
             .controllers
-            .values()
-            .filter(|c| c.keep_alive_deadline.is_some_and(|deadline| now > deadline))
-            .map(|c| c.cntlid)
+            .values_mut()
+            .filter_map(|c| c.keep_alive_expired(now).then_some(c.cntlid))
             .collect();
         for cntlid in expired {
             self.counters.keep_alive_expirations += 1;

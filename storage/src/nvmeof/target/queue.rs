@@ -72,6 +72,8 @@ pub(crate) struct Request {
     pub length: u32,
     pub stage: Stage,
     pub buffer: Option<DataBuffer>,
+    /// The command holds its CID in the queue's set (not a conflicting duplicate).
+    pub owns_cid: bool,
 }
 
 /// A slot's state.
@@ -119,6 +121,8 @@ pub(crate) struct TargetQueue {
     pub ready: VecDeque<usize>,
     /// Commands received and not yet answered.
     pub unanswered: u32,
+    /// Command identifiers of the unanswered commands (a bit per CID).
+    pub cids_in_use: Vec<u64>,
     /// Submission queue head: commands fetched, modulo `entries`.
     pub sq_head: u16,
     pub state: QueueState,
@@ -138,6 +142,19 @@ pub(crate) struct QueueGeometry {
 }
 
 impl TargetQueue {
+    /// Marks `cid` in use; returns whether it already was.
+    pub fn claim_cid(&mut self, cid: u16) -> bool {
+        let (word, bit) = (usize::from(cid) / 64, 1u64 << (cid % 64));
+        let was = self.cids_in_use[word] & bit != 0;
+        self.cids_in_use[word] |= bit;
+        was
+    }
+
+    /// Marks `cid` free.
+    pub fn release_cid(&mut self, cid: u16) {
+        self.cids_in_use[usize::from(cid) / 64] &= !(1u64 << (cid % 64));
+    }
+
     /// Creates the QP (in RESET), CQ and memory of a queue.
     pub fn create(
         context: &Context,

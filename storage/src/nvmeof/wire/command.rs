@@ -215,8 +215,8 @@ pub enum Command {
         lsp: u8,
         /// Retain asynchronous event.
         rae: bool,
-        /// Dwords to return (NUMD + 1).
-        dwords: u32,
+        /// Dwords to return (NUMD + 1: 1 to 2^32, so wider than NUMD's 32 bits).
+        dwords: u64,
         /// Byte offset into the log page.
         offset: u64,
         /// Namespace ID.
@@ -391,7 +391,7 @@ impl Command {
                         lid: sqe.cdw(10) as u8,
                         lsp: ((sqe.cdw(10) >> 8) & 0x7F) as u8,
                         rae: sqe.cdw(10) & (1 << 15) != 0,
-                        dwords: (numdu << 16 | numdl) + 1,
+                        dwords: u64::from(numdu << 16 | numdl) + 1,
                         offset: u64::from(sqe.cdw(12)) | u64::from(sqe.cdw(13)) << 32,
                         nsid: sqe.nsid,
                     })
@@ -490,7 +490,7 @@ impl Command {
                 offset,
                 nsid,
             } => {
-                let numd = dwords.saturating_sub(1);
+                let numd = dwords.saturating_sub(1).min(u64::from(u32::MAX)) as u32;
                 sqe.nsid = nsid;
                 sqe.cdw[0] = u32::from(lid) | u32::from(lsp & 0x7F) << 8 | u32::from(rae) << 15 | (numd & 0xFFFF) << 16;
                 sqe.cdw[1] = numd >> 16;
@@ -871,6 +871,30 @@ mod tests {
         );
     }
 
+    /// Found by the `nvme_capsules` fuzz target (docs/fuzzing.md): NUMD is 0-based, so
+    /// its largest value asks for 2^32 dwords, one more than 32 bits hold; the parser
+    /// overflowed.
+    #[test]
+    fn get_log_page_of_the_largest_numd_asks_for_two_to_the_32_dwords() {
+        let sqe = SqeRepr {
+            opcode: opcode::GET_LOG_PAGE,
+            cdw: [0xFFFF_0002, 0xFFFF, 0, 0, 0, 0],
+            ..SqeRepr::default()
+        };
+        let (_, command) = parse_command(&sqe.to_bytes(), QueueKind::Admin).unwrap();
+        let Command::GetLogPage { lid, dwords, .. } = command else {
+            panic!("{command:?}")
+        };
+        assert_eq!((lid, dwords), (2, 1 << 32));
+        let sgl = crate::nvmeof::wire::sgl::SglRepr::Keyed {
+            address: 0,
+            length: 0,
+            key: 0,
+            invalidate: false,
+        };
+        assert_eq!(command.to_sqe(0, &sgl).cdw[..2], [0xFFFF_0002, 0xFFFF], "and emits back");
+    }
+
     #[test]
     fn emits_known_bytes() {
         let connect = Command::Connect {
@@ -965,7 +989,7 @@ mod tests {
                     lid: rng.u8(),
                     lsp: rng.u8() & 0x7F,
                     rae: rng.u8() & 1 == 1,
-                    dwords: rng.u32().max(1),
+                    dwords: u64::from(rng.u32()) + 1,
                     offset: rng.next_u64(),
                     nsid: rng.u32(),
                 },

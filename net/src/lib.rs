@@ -1,5 +1,9 @@
-//! Network backends: where the frames the device transmits go, and where the frames it
-//! receives come from (`rnic-emu serve --net none|udp:IP`).
+//! # rnic-net — network backends of the NIC's port
+//!
+//! Where the frames the device transmits go, and where the frames it receives come from:
+//! `rnic-emu serve --net none|udp:IP|eth:IFACE`, and the in-process NIC of the drop-in
+//! `libibverbs.so.1` (`rnic_verbs::backend::HostNic`). A crate of its own so that both
+//! use it without the emulator's command line and configuration.
 //!
 //! The server loop owns the device and one [`NetBackend`]; each pass it hands every frame
 //! from `Device::poll_transmit` to [`NetBackend::send`] and every frame from
@@ -13,6 +17,9 @@
 //!   for the device's GIDs; needs CAP_NET_RAW.
 //!
 //! See `docs/guides/emulator.md`, "Network backends".
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::io;
 use std::net::IpAddr;
@@ -153,6 +160,20 @@ pub fn open(spec: &NetSpec, mac: [u8; 6]) -> io::Result<Box<dyn NetBackend>> {
         NetSpec::Udp(ip) => Box::new(udp::UdpBackend::bind(*ip, mac)?),
         NetSpec::Eth(interface) => Box::new(eth::EthBackend::open(interface, mac)?),
     })
+}
+
+/// The first IPv4 address of network interface `name`, if it has one (for `eth:IFACE`
+/// users that take the interface's address as the NIC's).
+pub fn interface_ipv4(name: &str) -> Option<std::net::Ipv4Addr> {
+    pnet_datalink::interfaces()
+        .into_iter()
+        .find(|i| i.name == name)?
+        .ips
+        .into_iter()
+        .find_map(|network| match network.ip() {
+            IpAddr::V4(v4) => Some(v4),
+            IpAddr::V6(_) => None,
+        })
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use std::time::Duration;
 use pnet_datalink::{Channel, Config, DataLinkReceiver, DataLinkSender};
 
 use super::{NetBackend, NetStats};
-use crate::os;
+use rnic_os as os;
 
 /// Frames waiting between the reader thread and the server loop; more are dropped (as a
 /// NIC drops on a full receive ring) and counted in [`NetStats::rx_overflow`].

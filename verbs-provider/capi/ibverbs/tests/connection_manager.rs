@@ -1,0 +1,208 @@
+//! Unmodified rdmacm-utils, perftest `-R` and fio's rdma engine on our librdmacm.so.1:
+//! the connection manager of our libibverbs connects two processes on `udp:` loopback
+//! addresses. Each test has its own addresses and ports; every program is bounded in time.
+
+mod common;
+
+use common::{command, require, Pair, Running};
+use std::time::Duration;
+
+/// Starts the server, then the client; `SRV` in the arguments is the server's address.
+fn run(program: &str, server: &[&str], client: &[&str], pair: u8) -> Pair {
+    let _turn = common::take_turn();
+    let server_ip = format!("127.0.4.{}", 2 * pair + 1);
+    let client_ip = format!("127.0.4.{}", 2 * pair + 2);
+    let fill = |args: &[&str]| -> Vec<String> { args.iter().map(|a| a.replace("SRV", &server_ip)).collect() };
+    let (server_args, client_args) = (fill(server), fill(client));
+    let server_args: Vec<&str> = server_args.iter().map(String::as_str).collect();
+    let client_args: Vec<&str> = client_args.iter().map(String::as_str).collect();
+    let server = spawn_group(program, &server_args, &server_ip);
+    // The server listens through the connection manager, which shows nowhere outside
+    // the process; give it time to start on a loaded host.
+    std::thread::sleep(Duration::from_secs(2));
+    let client = spawn_group(program, &client_args, &client_ip);
+    let client_pid = client.id();
+    let client = client.wait(Duration::from_secs(90));
+    kill_group(client_pid);
+    let server_pid = server.id();
+    let server = server.wait(Duration::from_secs(15));
+    kill_group(server_pid);
+    Pair { server, client }
+}
+
+/// In a process group of its own, so that forked workers (fio's) go with it.
+fn spawn_group(program: &str, args: &[&str], ip: &str) -> Running {
+    use std::os::unix::process::CommandExt;
+    Running::new(
+        command(program, args, &format!("udp:{ip}"))
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {program}: {e}")),
+    )
+}
+
+fn kill_group(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-9", "--", &format!("-{pid}")])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+#[test]
+fn rping_exchanges_and_verifies_1000_pings() {
+    if !require("rping") {
+        return;
+    }
+    let result = run(
+        "rping",
+        &["-s", "-a", "SRV", "-v", "-C", "1000", "-p", "19500"],
+        &["-c", "-a", "SRV", "-v", "-C", "1000", "-p", "19500"],
+        1,
+    );
+    result.assert_success("rping");
+    let client = result.client_stdout();
+    // rping -v prints every ping it verified; the last one is number 999.
+    assert!(client.contains("ping data: rdma-ping-999: "), "{client}");
+    assert_eq!(client.matches("ping data: rdma-ping-").count(), 1000, "{client}");
+}
+
+#[test]
+fn ucmatose_connects_and_transfers() {
+    if !require("ucmatose") {
+        return;
+    }
+    let result = run(
+        "ucmatose",
+        &["-b", "SRV", "-p", "19501"],
+        &["-s", "SRV", "-p", "19501"],
+        2,
+    );
+    result.assert_success("ucmatose");
+    for side in [result.client_stdout(), result.server_stdout()] {
+        assert!(
+            side.contains("test complete") && side.contains("return status 0"),
+            "{side}"
+        );
+    }
+}
+
+#[test]
+fn udaddy_resolves_the_peer_with_sidr_and_sends_datagrams() {
+    if !require("udaddy") {
+        return;
+    }
+    // udaddy's -p is the port space; it uses its default port.
+    let result = run("udaddy", &["-b", "SRV"], &["-s", "SRV"], 3);
+    result.assert_success("udaddy");
+    for side in [result.client_stdout(), result.server_stdout()] {
+        assert!(
+            side.contains("test complete") && side.contains("return status 0"),
+            "{side}"
+        );
+    }
+}
+
+#[test]
+fn rdma_server_and_rdma_client_use_the_synchronous_endpoint_api() {
+    if !require("rdma_server") || !require("rdma_client") {
+        return;
+    }
+    let _turn = common::take_turn();
+    let server = spawn_group("rdma_server", &["-s", "127.0.4.9", "-p", "19503"], "127.0.4.9");
+    std::thread::sleep(Duration::from_secs(2));
+    let client = spawn_group("rdma_client", &["-s", "127.0.4.9", "-p", "19503"], "127.0.4.10");
+    let client = client.wait(Duration::from_secs(60));
+    let server = server.wait(Duration::from_secs(15));
+    let result = Pair { server, client };
+    result.assert_success("rdma_server/rdma_client");
+    assert!(
+        result.client_stdout().contains("rdma_client: end 0"),
+        "{}",
+        result.client_stdout()
+    );
+    assert!(
+        result.server_stdout().contains("rdma_server: end 0"),
+        "{}",
+        result.server_stdout()
+    );
+}
+
+fn perftest_cm(program: &str, pair: u8) {
+    if !require(program) {
+        return;
+    }
+    let port = format!("{}", 19_510 + u32::from(pair));
+    let result = run(
+        program,
+        &["-d", "rnic0", "-R", "-n", "200", "-p", &port],
+        &["-d", "rnic0", "-R", "-n", "200", "-p", &port, "SRV"],
+        pair,
+    );
+    result.assert_success(&format!("{program} -R"));
+    let numbers = common::perftest_result(&result.client_stdout());
+    assert!(
+        numbers.len() >= 3 && numbers[2] > 0.0,
+        "{program} -R: {}",
+        result.client_stdout()
+    );
+}
+
+#[test]
+fn ib_write_bw_connects_through_rdma_cm() {
+    perftest_cm("ib_write_bw", 10);
+}
+
+#[test]
+fn ib_send_bw_connects_through_rdma_cm() {
+    perftest_cm("ib_send_bw", 11);
+}
+
+#[test]
+fn ib_read_lat_connects_through_rdma_cm() {
+    perftest_cm("ib_read_lat", 12);
+}
+
+/// fio's rdma engine: the reader is the server, the writer the client, `--verify=md5`.
+fn fio(verb: &str, pair: u8) {
+    if !require("fio") {
+        return;
+    }
+    let port = format!("--port={}", 19_520 + u32::from(pair));
+    let verb = format!("--verb={verb}");
+    // The engine first: its options (hostname, port, verb) exist only once it is chosen.
+    let server = vec![
+        "--name=server",
+        "--ioengine=rdma",
+        "--rw=read",
+        "--bs=64k",
+        "--size=4m",
+        "--hostname=SRV",
+        &port,
+    ];
+    let client = vec![
+        "--name=client",
+        "--ioengine=rdma",
+        "--rw=write",
+        "--bs=64k",
+        "--size=4m",
+        "--verify=md5",
+        "--hostname=SRV",
+        &port,
+        &verb,
+    ];
+    let result = run("fio", &server, &client, pair);
+    result.assert_success(&format!("fio {verb}"));
+    let client = result.client_stdout();
+    assert!(client.contains("err= 0") && client.contains("io=4096KiB"), "{client}");
+    assert!(!client.contains("verify:") || !client.contains("bad"), "{client}");
+}
+
+#[test]
+fn fio_rdma_write_with_verify() {
+    fio("write", 20);
+}
+
+#[test]
+fn fio_rdma_read_with_verify() {
+    fio("read", 21);
+}

@@ -1,0 +1,706 @@
+//! The host backend: the device model runs in this process, on the wall clock, with its
+//! port on a real network (`rnic-net`: `udp:IP`, `eth:IFACE`), and it reaches the
+//! application's own memory in place. This is the device behind the drop-in
+//! `libibverbs.so.1`: an unmodified RDMA program on one host talks to a program in another
+//! process (or to Linux rxe) over the network, and a remote WRITE lands in the buffer the
+//! program registered.
+//!
+//! * **Time.** Virtual time follows the wall clock from the moment the NIC is made (the
+//!   emulator's `realtime` mapping). Whoever touches the NIC first brings the model up to
+//!   the wall clock and moves frames between it and the network: an MMIO access of the
+//!   driver, an empty poll ([`DeviceAccess::idle`]), a delay, and the **progress thread**
+//!   each NIC runs. That thread sleeps until the model's next event is due or the network
+//!   has a frame (`ppoll` on the backend's descriptor and a wake-up eventfd, with a 1 µs
+//!   timer slack), so an application that blocks — on a completion channel, in `poll()`,
+//!   on a byte of its buffer — still sees its traffic progress.
+//! * **Interrupts.** MSI-X messages are recorded; the progress thread calls the handler
+//!   set with [`HostNic::set_interrupt_handler`] (the C library's: it processes the event
+//!   queues and wakes completion channels) without holding any lock of the NIC.
+//! * **Memory.** The device sees one [`HostMemory`]: the driver's DMA buffers (a
+//!   [`PagedMemory`] below [`APPLICATION_BASE`]) and, above it, the application ranges
+//!   registered with [`DeviceAccess::register_application_memory`] at
+//!   `APPLICATION_BASE + virtual address`. Every device access to application memory is
+//!   checked here against the registered ranges and copied with raw byte copies
+//!   ([`ApplicationRange`]); nothing else of the process is reachable. Copying the
+//!   application's `Vec` ([`DeviceAccess::register_user_memory`]) works too, as on the
+//!   embedded backend.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::os::fd::{AsFd, OwnedFd};
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rnic_hw_model::config::DeviceConfig;
+use rnic_hw_model::device::Device;
+use rnic_hw_model::interrupt::{InterruptSink, MsixMessage, RecordingSink};
+use rnic_hw_model::memory::{AccessKind, Backing, HostMemory, MemoryError, PagedMemory, FRAME_SIZE};
+use rnic_hw_model::time::Picoseconds;
+use rnic_net::{NetBackend, NetSpec, NetStats};
+
+use super::lock;
+use crate::device_access::{AccessError, ApplicationRange, DeviceAccess, DmaBuffer, UserMemory, USER_PAGE_SIZE};
+
+/// First bus address of driver DMA buffers.
+pub const DMA_BASE: u64 = 0x1_0000_0000;
+/// Application memory is seen by the device at `APPLICATION_BASE + virtual address`
+/// (user-space addresses are below 2^47 on x86-64 and AArch64 with 48-bit VAs).
+pub const APPLICATION_BASE: u64 = 1 << 52;
+/// Copied application buffers ([`DeviceAccess::register_user_memory`]) start here.
+const COPIED_BASE: u64 = 0x80_0000_0000;
+/// Frames moved from the network into the model per pass at most, so a flood cannot hold
+/// the NIC (the emulator's server loop takes as many).
+const RECEIVE_BATCH: usize = 64;
+/// The progress thread's longest sleep with nothing due (it also wakes for the network
+/// and for doorbells).
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+
+/// Configuration of a [`HostNic`].
+#[derive(Debug, Clone)]
+pub struct HostNicConfig {
+    /// The device model's configuration (identity, caps, MAC, timing).
+    pub device: DeviceConfig,
+    /// The network the port is on.
+    pub net: NetSpec,
+}
+
+/// The registered application ranges, by bus address.
+#[derive(Default)]
+struct ApplicationMap {
+    /// (bus address of the first byte, token) → range. Registrations may overlap (two
+    /// regions over one buffer), so a lookup walks back from the access's address.
+    ranges: BTreeMap<(u64, u64), Arc<ApplicationRange>>,
+}
+
+impl ApplicationMap {
+    fn find(&self, address: u64, length: usize) -> Option<(&ApplicationRange, usize)> {
+        let end = address.checked_add(length as u64)?;
+        self.ranges
+            .range(..=(address, u64::MAX))
+            .rev()
+            .find(|((start, _), range)| end <= start + range.len() as u64)
+            .map(|((start, _), range)| (&**range, (address - start) as usize))
+    }
+}
+
+/// What the device sees as host memory: the driver's DMA buffers below
+/// [`APPLICATION_BASE`], the application's registered ranges above it.
+struct HostMemoryMap {
+    dma: PagedMemory,
+    application: RwLock<ApplicationMap>,
+}
+
+impl HostMemoryMap {
+    fn application_access(
+        &self,
+        kind: AccessKind,
+        address: u64,
+        length: usize,
+        copy: impl FnOnce(&ApplicationRange, usize) -> bool,
+    ) -> Result<(), MemoryError> {
+        let map = self.application.read().unwrap_or_else(|e| e.into_inner());
+        match map.find(address, length) {
+            Some((range, offset)) if copy(range, offset) => Ok(()),
+            _ => Err(MemoryError::Unmapped {
+                kind,
+                address,
+                length,
+                unmapped: address,
+            }),
+        }
+    }
+}
+
+impl HostMemory for HostMemoryMap {
+    fn read(&self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        if address >= APPLICATION_BASE {
+            let length = buffer.len();
+            return self.application_access(AccessKind::Read, address, length, |range, offset| {
+                range.read_at(offset, buffer)
+            });
+        }
+        self.dma.read(address, buffer)
+    }
+
+    fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        if address >= APPLICATION_BASE {
+            return self.application_access(AccessKind::Write, address, data.len(), |range, offset| {
+                range.write_at(offset, data)
+            });
+        }
+        self.dma.write(address, data)
+    }
+}
+
+/// The model and its network: everything the progress thread and the driver's accesses
+/// share under one lock.
+struct Engine {
+    device: Device,
+    net: Box<dyn NetBackend>,
+    /// Wall instant at which virtual time was zero.
+    epoch: Instant,
+    frame: Vec<u8>,
+    addresses: Vec<IpAddr>,
+    passes: u64,
+}
+
+impl Engine {
+    fn wall_now(&self) -> Picoseconds {
+        Picoseconds(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX / 1000) * 1000)
+    }
+
+    /// Brings the model up to the wall clock and moves frames both ways until the network
+    /// has nothing more for now.
+    fn pump(&mut self) {
+        let target = self.wall_now();
+        if target > self.device.now() {
+            self.device.advance_to(target);
+        }
+        if self.net.wants_local_addresses() && self.passes & 63 == 0 {
+            gid_addresses(&self.device, &mut self.addresses);
+            self.net.set_local_addresses(&self.addresses);
+        }
+        self.passes = self.passes.wrapping_add(1);
+        loop {
+            self.transmit();
+            let mut received = 0;
+            while received < RECEIVE_BATCH && self.net.receive(&mut self.frame) {
+                self.device.receive_frame(&self.frame);
+                received += 1;
+            }
+            if received == 0 {
+                break;
+            }
+        }
+    }
+
+    fn transmit(&mut self) {
+        while let Some(frame) = self.device.poll_transmit() {
+            self.net.send(&frame);
+            self.device.recycle_frame(frame);
+        }
+    }
+
+    /// How long until the model's next event is due on the wall clock (`None`: nothing
+    /// pending).
+    fn until_next_event(&self) -> Option<Duration> {
+        let next = self.device.next_event_time()?;
+        let now = self.wall_now();
+        Some(Duration::from_nanos(next.0.saturating_sub(now.0) / 1000))
+    }
+}
+
+/// The device's IP addresses from its GID table (IPv4-mapped GIDs as IPv4).
+fn gid_addresses(device: &Device, out: &mut Vec<IpAddr>) {
+    rnic_net::gid_addresses(device, out);
+}
+
+/// Driver DMA and copied-buffer bookkeeping.
+#[derive(Default)]
+struct AddressSpace {
+    next_dma: u64,
+    next_copied: u64,
+    next_token: u64,
+    allocations: HashMap<u64, (u64, u64)>,
+    copied: HashMap<u64, (Vec<u64>, usize, Arc<Backing>)>,
+    application: HashMap<u64, (u64, Arc<ApplicationRange>)>,
+}
+
+type InterruptHandler = Arc<dyn Fn() + Send + Sync>;
+
+/// Records MSI-X messages for the driver ([`DeviceAccess::poll_interrupts`]) and, apart
+/// from that queue, tells the progress thread to run the interrupt handler: whoever takes
+/// the messages (a driver waiting for its mailbox takes every vector), the handler still
+/// runs and processes every event queue.
+struct NotifyingSink {
+    messages: RecordingSink,
+    pending: Arc<AtomicBool>,
+    wake: Arc<std::fs::File>,
+}
+
+impl InterruptSink for NotifyingSink {
+    fn deliver(&mut self, message: MsixMessage) {
+        self.messages.deliver(message);
+        if !self.pending.swap(true, Ordering::AcqRel) {
+            use std::io::Write;
+            // A full eventfd counter means a wake-up is pending anyway.
+            let _ = (&*self.wake).write_all(&1u64.to_ne_bytes());
+        }
+    }
+}
+
+struct Shared {
+    config: HostNicConfig,
+    engine: Mutex<Engine>,
+    memory: Arc<HostMemoryMap>,
+    space: Mutex<AddressSpace>,
+    interrupts: RecordingSink,
+    handler: Mutex<Option<InterruptHandler>>,
+    /// Set by the sink when a message arrives; the progress thread runs the handler.
+    interrupted: Arc<AtomicBool>,
+    /// Wakes the progress thread (doorbells, interrupts, shutdown): an eventfd.
+    wake: Arc<std::fs::File>,
+    /// Wall time (ns since the epoch) until which the progress thread sleeps;
+    /// `u64::MAX` while it runs. A doorbell that makes something due earlier wakes it.
+    sleeping_until: AtomicU64,
+    stop: AtomicBool,
+    net_description: String,
+}
+
+impl Shared {
+    fn engine(&self) -> std::sync::MutexGuard<'_, Engine> {
+        lock(&self.engine)
+    }
+
+    /// Runs `f` on the model after bringing it up to date, then sends what it produced
+    /// and wakes the progress thread if the model now has something due before it would
+    /// have woken.
+    fn access<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
+        let mut engine = self.engine();
+        engine.pump();
+        let result = f(&mut engine.device);
+        engine.transmit();
+        let next = engine.device.next_event_time();
+        drop(engine);
+        self.kick_if_sooner(next);
+        result
+    }
+
+    /// Brings the model up to date from a driver thread (an empty poll, a delay): frames
+    /// it takes from the network no longer wake the progress thread, so wake it when the
+    /// model now has something due before it would have woken.
+    fn pump(&self) {
+        let mut engine = self.engine();
+        engine.pump();
+        let next = engine.device.next_event_time();
+        drop(engine);
+        self.kick_if_sooner(next);
+    }
+
+    fn kick_if_sooner(&self, next: Option<Picoseconds>) {
+        if let Some(next) = next {
+            if next.0 / 1000 < self.sleeping_until.load(Ordering::Acquire) {
+                self.kick();
+            }
+        }
+    }
+
+    fn kick(&self) {
+        use std::io::Write;
+        // An eventfd write only fails when the counter would overflow, which a pending
+        // wake-up makes irrelevant.
+        let _ = (&*self.wake).write_all(&1u64.to_ne_bytes());
+    }
+
+    fn fire_handler_if_interrupted(&self) {
+        if !self.interrupted.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let handler = lock(&self.handler).clone();
+        if let Some(handler) = handler {
+            handler();
+        }
+    }
+}
+
+/// Stops the progress thread when the last handle goes.
+struct Stopper {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        {
+            let engine = self.shared.engine();
+            tracing::info!(
+                net = ?engine.net.stats(),
+                transport = ?engine.device.transport_counters(),
+                "host NIC closed"
+            );
+        }
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.kick();
+        if let Some(thread) = lock(&self.thread).take() {
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// One NIC in this process on the wall clock, with its port on a network. Clones share
+/// the NIC; the progress thread stops when the last clone goes.
+#[derive(Clone)]
+pub struct HostNic {
+    shared: Arc<Shared>,
+    _stopper: Arc<Stopper>,
+}
+
+impl std::fmt::Debug for HostNic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostNic")
+            .field("mac", &self.shared.config.device.mac_address)
+            .field("net", &self.shared.net_description)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostNic {
+    /// Makes the NIC, opens its network backend and starts its progress thread.
+    ///
+    /// # Errors
+    /// What opening the network backend failed with (address in use, no such interface,
+    /// no CAP_NET_RAW), as an [`AccessError::InvalidRequest`] naming the backend.
+    pub fn open(config: HostNicConfig) -> Result<Self, AccessError> {
+        let net = rnic_net::open(&config.net, config.device.mac_address).map_err(|e| AccessError::InvalidRequest {
+            reason: format!("network {}: {e}", config.net),
+        })?;
+        let net_description = net.describe();
+        let memory = Arc::new(HostMemoryMap {
+            dma: PagedMemory::new(),
+            application: RwLock::new(ApplicationMap::default()),
+        });
+        let interrupts = RecordingSink::new();
+        let wake = Arc::new(std::fs::File::from(rnic_os::eventfd().map_err(|e| {
+            AccessError::InvalidRequest {
+                reason: format!("eventfd: {e}"),
+            }
+        })?));
+        let interrupted = Arc::new(AtomicBool::new(false));
+        let device = Device::new(
+            config.device.clone(),
+            memory.clone() as Arc<dyn HostMemory>,
+            Box::new(NotifyingSink {
+                messages: interrupts.clone(),
+                pending: interrupted.clone(),
+                wake: wake.clone(),
+            }),
+        );
+        let shared = Arc::new(Shared {
+            config,
+            engine: Mutex::new(Engine {
+                device,
+                net,
+                epoch: Instant::now(),
+                frame: Vec::with_capacity(9216),
+                addresses: Vec::new(),
+                passes: 0,
+            }),
+            memory,
+            space: Mutex::new(AddressSpace {
+                next_dma: DMA_BASE,
+                next_copied: COPIED_BASE,
+                ..AddressSpace::default()
+            }),
+            interrupts,
+            handler: Mutex::new(None),
+            interrupted,
+            wake,
+            sleeping_until: AtomicU64::new(u64::MAX),
+            stop: AtomicBool::new(false),
+            net_description,
+        });
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("rnic-progress".into())
+                .spawn(move || progress(&shared))
+                .map_err(|e| AccessError::InvalidRequest {
+                    reason: format!("cannot start the progress thread: {e}"),
+                })?
+        };
+        let stopper = Arc::new(Stopper {
+            shared: shared.clone(),
+            thread: Mutex::new(Some(thread)),
+        });
+        Ok(Self {
+            shared,
+            _stopper: stopper,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HostNicConfig {
+        &self.shared.config
+    }
+
+    /// Sets the function the progress thread calls when MSI-X messages are waiting
+    /// (replacing any earlier one). It runs on the progress thread with no lock of the NIC
+    /// held, so it may call into the driver.
+    pub fn set_interrupt_handler(&self, handler: impl Fn() + Send + Sync + 'static) {
+        *lock(&self.shared.handler) = Some(Arc::new(handler));
+    }
+
+    /// The network backend's counters.
+    pub fn net_stats(&self) -> NetStats {
+        self.shared.engine().net.stats()
+    }
+
+    /// The network backend, as `udp:127.0.0.1:4791`.
+    pub fn net_description(&self) -> &str {
+        &self.shared.net_description
+    }
+
+    /// Runs `f` on the model, for inspection (counters, diagnostics).
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
+        f(&mut self.shared.engine().device)
+    }
+
+    /// Application ranges currently registered.
+    pub fn application_ranges(&self) -> usize {
+        lock(&self.shared.space).application.len()
+    }
+}
+
+/// The progress thread: pumps the model and the network, sleeps until something is due.
+fn progress(shared: &Shared) {
+    rnic_os::set_thread_timer_slack(Duration::from_micros(1));
+    let wake = &*shared.wake;
+    // A duplicate of the backend's descriptor (same socket, same readiness), so the wait
+    // holds no lock.
+    let net_fd: Option<OwnedFd> = shared
+        .engine()
+        .net
+        .pollable_fd()
+        .and_then(|fd| fd.try_clone_to_owned().ok());
+    while !shared.stop.load(Ordering::Acquire) {
+        let wait = {
+            let mut engine = shared.engine();
+            engine.pump();
+            engine.until_next_event().unwrap_or(IDLE_WAIT).min(IDLE_WAIT)
+        };
+        shared.fire_handler_if_interrupted();
+        if wait.is_zero() {
+            continue;
+        }
+        let deadline_ns = {
+            let engine = shared.engine();
+            engine.wall_now().0 / 1000 + wait.as_nanos() as u64
+        };
+        shared.sleeping_until.store(deadline_ns, Ordering::Release);
+        let mut fds = vec![wake.as_fd()];
+        if let Some(fd) = net_fd.as_ref() {
+            fds.push(fd.as_fd());
+        }
+        if let Err(e) = rnic_os::wait_readable(&fds, wait) {
+            tracing::debug!(%e, "progress thread wait");
+        }
+        shared.sleeping_until.store(u64::MAX, Ordering::Release);
+        rnic_os::take_eventfd(wake);
+    }
+}
+
+fn align_up(value: u64, align: u64) -> u64 {
+    value.div_ceil(align) * align
+}
+
+impl DeviceAccess for HostNic {
+    fn config_read(&self, offset: u16, data: &mut [u8]) {
+        self.shared
+            .access(|device| device.config_read(usize::from(offset), data));
+    }
+
+    fn config_write(&self, offset: u16, data: &[u8]) {
+        self.shared
+            .access(|device| device.config_write(usize::from(offset), data));
+    }
+
+    fn mmio_read32(&self, bar: u8, offset: u64) -> u32 {
+        let mut b = [0u8; 4];
+        self.shared.access(|device| device.bar_read(bar, offset, &mut b));
+        u32::from_le_bytes(b)
+    }
+
+    fn mmio_write32(&self, bar: u8, offset: u64, value: u32) {
+        self.shared
+            .access(|device| device.bar_write(bar, offset, &value.to_le_bytes()));
+    }
+
+    fn mmio_write64(&self, bar: u8, offset: u64, value: u64) {
+        self.shared
+            .access(|device| device.bar_write(bar, offset, &value.to_le_bytes()));
+    }
+
+    fn allocate_dma(&self, size: usize, align: usize) -> Result<DmaBuffer, AccessError> {
+        if size == 0 || !align.is_power_of_two() {
+            return Err(AccessError::InvalidRequest {
+                reason: format!("a DMA buffer of {size} bytes aligned to {align}"),
+            });
+        }
+        let align = (align as u64).max(FRAME_SIZE);
+        let frames = (size as u64).div_ceil(FRAME_SIZE);
+        let mut space = lock(&self.shared.space);
+        let address = align_up(space.next_dma, align);
+        let end = address
+            .checked_add(frames * FRAME_SIZE)
+            .filter(|end| *end <= COPIED_BASE)
+            .ok_or(AccessError::OutOfMemory {
+                size,
+                align: align as usize,
+            })?;
+        space.next_dma = end;
+        let backing = Backing::zeroed((frames * FRAME_SIZE) as usize);
+        self.shared
+            .memory
+            .dma
+            .map_contiguous(address, &backing, 0, frames as usize, true);
+        space.next_token += 1;
+        let token = space.next_token;
+        space.allocations.insert(token, (address, frames));
+        Ok(DmaBuffer::new(address, size, token))
+    }
+
+    fn free_dma(&self, buffer: DmaBuffer) {
+        match lock(&self.shared.space).allocations.remove(&buffer.token()) {
+            Some((address, frames)) => {
+                for frame in 0..frames {
+                    self.shared.memory.dma.unmap_frame(address + frame * FRAME_SIZE);
+                }
+            }
+            None => tracing::error!(?buffer, "free_dma of an unknown buffer"),
+        }
+    }
+
+    fn dma_read(&self, address: u64, out: &mut [u8]) -> Result<(), AccessError> {
+        self.shared
+            .memory
+            .read(address, out)
+            .map_err(|e| AccessError::Unmapped {
+                address,
+                length: out.len(),
+                reason: e.to_string(),
+            })
+    }
+
+    fn dma_write(&self, address: u64, data: &[u8]) -> Result<(), AccessError> {
+        self.shared
+            .memory
+            .write(address, data)
+            .map_err(|e| AccessError::Unmapped {
+                address,
+                length: data.len(),
+                reason: e.to_string(),
+            })
+    }
+
+    fn register_user_memory(&self, bytes: Vec<u8>) -> Result<UserMemory, AccessError> {
+        if bytes.is_empty() {
+            return Err(AccessError::InvalidRequest {
+                reason: "an empty application buffer".into(),
+            });
+        }
+        let length = bytes.len();
+        let pages = (length as u64).div_ceil(FRAME_SIZE);
+        let backing = Backing::from_vec(bytes);
+        let mut space = lock(&self.shared.space);
+        let base = align_up(space.next_copied, 2 << 20);
+        let end = base + pages * FRAME_SIZE;
+        if end > APPLICATION_BASE {
+            return Err(AccessError::OutOfMemory {
+                size: length,
+                align: USER_PAGE_SIZE,
+            });
+        }
+        space.next_copied = end;
+        let frames: Vec<u64> = (0..pages).map(|i| base + i * FRAME_SIZE).collect();
+        self.shared
+            .memory
+            .dma
+            .map_contiguous(base, &backing, 0, pages as usize, true);
+        space.next_token += 1;
+        let token = space.next_token;
+        space.copied.insert(token, (frames.clone(), length, backing));
+        Ok(UserMemory::new(frames, length, token))
+    }
+
+    fn unregister_user_memory(&self, memory: UserMemory) -> Vec<u8> {
+        let Some((frames, length, backing)) = lock(&self.shared.space).copied.remove(&memory.token()) else {
+            tracing::error!(?memory, "unregister of an unknown application buffer");
+            return Vec::new();
+        };
+        for address in &frames {
+            self.shared.memory.dma.unmap_frame(*address);
+        }
+        let mut bytes = vec![0u8; length];
+        backing.read_at(0, &mut bytes);
+        bytes
+    }
+
+    fn register_application_memory(&self, range: Arc<ApplicationRange>) -> Result<UserMemory, AccessError> {
+        let address = range.address() as u64;
+        let length = range.len();
+        let first_page = address & !(USER_PAGE_SIZE as u64 - 1);
+        let end = address + length as u64;
+        let page_count = (end - first_page).div_ceil(USER_PAGE_SIZE as u64);
+        let bus = APPLICATION_BASE
+            .checked_add(address)
+            .filter(|b| b.checked_add(length as u64).is_some())
+            .ok_or_else(|| AccessError::InvalidRequest {
+                reason: format!("application address {address:#x} is beyond the device's reach"),
+            })?;
+        let pages = (0..page_count)
+            .map(|i| APPLICATION_BASE + first_page + i * USER_PAGE_SIZE as u64)
+            .collect();
+        let mut space = lock(&self.shared.space);
+        space.next_token += 1;
+        let token = space.next_token;
+        space.application.insert(token, (bus, range.clone()));
+        self.shared
+            .memory
+            .application
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .ranges
+            .insert((bus, token), range);
+        Ok(UserMemory::new(pages, length, token))
+    }
+
+    fn unregister_application_memory(&self, memory: UserMemory) {
+        let Some((bus, _range)) = lock(&self.shared.space).application.remove(&memory.token()) else {
+            tracing::error!(?memory, "unregister of unknown application memory");
+            return;
+        };
+        self.shared
+            .memory
+            .application
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .ranges
+            .remove(&(bus, memory.token()));
+    }
+
+    fn delay(&self, nanoseconds: u64) {
+        super::wall_clock_delay(nanoseconds);
+        self.shared.pump();
+    }
+
+    fn poll_interrupts(&self) -> Vec<u16> {
+        self.shared.interrupts.take().into_iter().map(|m| m.vector).collect()
+    }
+
+    fn wait_interrupt(&self, timeout_ns: u64) -> Vec<u16> {
+        let deadline = Instant::now() + Duration::from_nanos(timeout_ns);
+        loop {
+            self.shared.pump();
+            let fired = self.poll_interrupts();
+            if !fired.is_empty() || Instant::now() >= deadline {
+                return fired;
+            }
+            super::wall_clock_delay(20_000);
+        }
+    }
+
+    /// An empty poll: bring the model up to the wall clock and move frames, so an
+    /// application spinning on `ibv_poll_cq` drives its own traffic at full speed.
+    fn idle(&self) {
+        self.shared.pump();
+    }
+
+    fn mac_address(&self) -> Option<[u8; 6]> {
+        Some(self.shared.config.device.mac_address)
+    }
+}
