@@ -17,24 +17,24 @@ use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
 use crate::doorbell::{DoorbellRequest, Doorbells};
 use crate::eq::{EqKind, EventQueues};
 use crate::firmware::{Firmware, GidTableEntry, ObjectCommand, Timer as FirmwareTimer};
-use crate::hem::{ContextTableAttributes, Contexts, HemError};
+use crate::hem::{ContextTableAttributes, Contexts, HemError, QpcProgress};
 use crate::interrupt::InterruptSink;
 use crate::memory::{HostMemory, MemoryError};
 use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
 use crate::mtt::{DmaFault, Mtr, MttError, TranslationCache};
 use crate::pci::{BarDescriptor, ConfigSpace};
-use crate::probe::{Observer, Port};
+use crate::probe::{DoorbellTarget, Observer, Port, Probes, Transaction};
 use crate::qp::{DoorbellOutcome, QueuePairs, WorkQueue};
 use crate::srq::{SharedReceiveQueues, SrqWqe};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
 use crate::transport::path::PortAddresses;
-use crate::transport::Transport;
+use crate::transport::{Timer as TransportTimer, Transport, TransportCounters};
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{Cqc, Eqc, Mpt, QpState, Qpc, Srqc};
 use rnic_firmware_if::cqe::Cqe;
 use rnic_firmware_if::event::AsyncEventType;
-use rnic_firmware_if::mailbox::{BtCommand, ContextTable as ContextTableId};
+use rnic_firmware_if::mailbox::{BtCommand, ContextTable as ContextTableId, MailboxCompletion};
 
 /// The services of the device `$device`, borrowed field by field (so the block being
 /// called, another field, stays free).
@@ -46,6 +46,7 @@ macro_rules! services {
             timing: &mut $device.timing,
             scheduler: &mut $device.scheduler,
             diagnostics: &mut $device.diagnostics,
+            probes: &mut $device.probes,
         }
     };
 }
@@ -61,6 +62,17 @@ macro_rules! firmware_wiring {
             mpt: &mut $device.mpt,
             addresses: &mut $device.transport.addresses,
             registers: &mut $device.registers,
+        }
+    };
+}
+
+/// What the transport of the device `$device` is bound to, borrowed field by field.
+macro_rules! transport_wiring {
+    ($device:ident) => {
+        TransportWiring {
+            qp: qp_wiring!($device),
+            mpt: &mut $device.mpt,
+            qps: &mut $device.qps,
         }
     };
 }
@@ -96,24 +108,9 @@ pub(crate) enum Event {
     ResetDone,
     /// An EQ's coalescing period expired: raise its interrupt if entries are pending.
     Eq(crate::eq::Timer),
-    /// The port finished serialising a frame and may start the next (transport).
-    TransportTx,
-    /// Received frames leave the receive pipeline for the engines (transport).
-    TransportRx,
-    /// A QP's local ACK timer is due.
-    AckTimer {
-        /// QP number.
-        qpn: u32,
-        /// Generation of the requester that armed it (stale timers are ignored).
-        generation: u64,
-    },
-    /// A QP's RNR wait is over.
-    RnrTimer {
-        /// QP number.
-        qpn: u32,
-        /// Generation of the RNR wait (stale timers are ignored).
-        generation: u64,
-    },
+    /// A transport timer: the port's transmit and receive pipelines, a QP's ACK or RNR
+    /// timer.
+    Transport(TransportTimer),
 }
 
 /// Counters a test or a user can read to see what the device did.
@@ -173,6 +170,8 @@ pub struct Device {
     pub(crate) cqs: CompletionQueues,
     /// Shared receive queues.
     pub(crate) srqs: SharedReceiveQueues,
+    /// The observers of the ports the top routes (the bus has its own).
+    pub(crate) probes: Probes,
     /// Queue pairs: the state machine, SQ/RQ doorbells, the flush.
     pub(crate) qps: QueuePairs,
 }
@@ -218,7 +217,7 @@ impl Device {
             firmware: Firmware::new(&config),
             contexts: Contexts::new(&config),
             eqs,
-            transport: Transport::new(config.caps.max_gids as usize, config.mac_address),
+            transport: Transport::new(&config.caps, config.mac_address),
             timing: TimingModel::new(config.timing),
             doorbells: Doorbells::new(pages),
             diagnostics: DiagnosticLog::default(),
@@ -226,6 +225,7 @@ impl Device {
             translations: TranslationCache::default(),
             cqs: CompletionQueues::new(&config.caps),
             srqs: SharedReceiveQueues::new(&config.caps),
+            probes: Probes::default(),
             qps: QueuePairs::new(&config.caps),
             config,
         }
@@ -255,6 +255,7 @@ impl Device {
             translations: self.translations.clone(),
             cqs: self.cqs.clone(),
             srqs: self.srqs.clone(),
+            probes: Probes::default(),
             qps: self.qps.clone(),
         }
     }
@@ -317,10 +318,7 @@ impl Device {
             Event::Eq(timer) => {
                 self.eqs.coalesce_timer(&mut services!(self), timer);
             }
-            Event::TransportTx => self.transport_tx_event(),
-            Event::TransportRx => self.transport_rx_event(),
-            Event::AckTimer { qpn, generation } => self.ack_timer_event(qpn, generation),
-            Event::RnrTimer { qpn, generation } => self.rnr_timer_event(qpn, generation),
+            Event::Transport(timer) => self.transport.engine(&mut transport_wiring!(self)).timer(timer),
         }
     }
 
@@ -361,6 +359,7 @@ impl Device {
     pub fn attach_observer(&mut self, port: Port, observer: Option<Box<dyn Observer>>) -> Option<Box<dyn Observer>> {
         match port {
             Port::Bus => self.bus.probe_mut().attach(observer),
+            port => self.probes.slot(port).attach(observer),
         }
     }
 
@@ -404,18 +403,6 @@ impl Device {
     }
 
     // ---- DMA gate -------------------------------------------------------------------
-
-    /// DMA read, refused unless bus mastering is enabled.
-    #[inline]
-    pub(crate) fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
-        self.bus.read(address, buffer)
-    }
-
-    /// DMA write, refused unless bus mastering is enabled.
-    #[inline]
-    pub(crate) fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
-        self.bus.write(address, data)
-    }
 
     // ---- configuration space --------------------------------------------------------
 
@@ -648,7 +635,7 @@ impl Device {
         self.mpt.forget();
         self.translations.clear();
         self.eqs.reset();
-        self.transport = Transport::new(self.config.caps.max_gids as usize, self.config.mac_address);
+        self.transport = Transport::new(&self.config.caps, self.config.mac_address);
         self.timing = TimingModel::new(self.config.timing);
         self.registers = ControlRegisters {
             resetting: true,
@@ -665,6 +652,26 @@ impl Device {
         let Some(request) = self.doorbells.write(&mut services!(self), offset, data) else {
             return;
         };
+        self.probes.observe(Port::Doorbell, self.scheduler.now(), || {
+            let (target, number, value) = match request {
+                DoorbellRequest::QueuePair {
+                    qpn,
+                    queue: WorkQueue::Send,
+                    producer_index,
+                } => (DoorbellTarget::SendQueue, qpn, u64::from(producer_index)),
+                DoorbellRequest::QueuePair {
+                    qpn,
+                    queue: WorkQueue::Receive,
+                    producer_index,
+                } => (DoorbellTarget::ReceiveQueue, qpn, u64::from(producer_index)),
+                DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => {
+                    (DoorbellTarget::SharedReceiveQueue, srqn, u64::from(producer_index))
+                }
+                DoorbellRequest::CompletionQueue { cqn, word } => (DoorbellTarget::CompletionQueue, cqn, word),
+                DoorbellRequest::EventQueue { word } => (DoorbellTarget::EventQueue, 0, word),
+            };
+            Transaction::Doorbell { target, number, value }
+        });
         match request {
             DoorbellRequest::QueuePair {
                 qpn,
@@ -731,11 +738,6 @@ impl Device {
         self.mpt
             .check_access(&mut objects!(self), key, pd, address, length, needed)
     }
-
-    /// SEND with invalidate: the region of `rkey` in PD `pd` becomes FREE.
-    pub(crate) fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
-        self.mpt.invalidate(&mut objects!(self), rkey, pd)
-    }
 }
 
 impl Device {
@@ -766,6 +768,7 @@ impl Device {
     }
 
     /// An AEQE.
+    #[cfg(test)]
     pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
         self.eqs
             .post_async_event(&mut services!(self), event, sub_type, queue_number);
@@ -828,7 +831,7 @@ impl Device {
     }
 
     /// A CQE for CQ `cqn`.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
         self.cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
     }
@@ -859,11 +862,6 @@ impl Device {
     pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
         self.srqs.doorbell(&mut objects!(self), srqn, producer_index);
     }
-
-    /// The next posted WQE of SRQ `srqn`, for the responder.
-    pub(crate) fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
-        self.srqs.take_wqe(&mut objects!(self), srqn)
-    }
 }
 
 impl Device {
@@ -872,7 +870,18 @@ impl Device {
     /// WQEs, so the flush covers them too).
     pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
         let transition = self.qps.modify(&mut qp_wiring!(self), qpn, context, mask)?;
-        self.transport_qp_modified(qpn, transition.from, transition.to, &transition.qpc);
+        self.probes
+            .observe(Port::QpState, self.scheduler.now(), || Transaction::QpState {
+                qpn,
+                from: transition.from,
+                to: transition.to,
+            });
+        self.transport.engine(&mut transport_wiring!(self)).qp_modified(
+            qpn,
+            transition.from,
+            transition.to,
+            &transition.qpc,
+        );
         if transition.to == QpState::Err {
             self.qps
                 .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
@@ -885,25 +894,20 @@ impl Device {
         self.qps.query(&mut qp_wiring!(self), qpn)
     }
 
-    /// The transport moves QP `qpn` to ERR on its own account: the QP block writes the
-    /// state, the transport drops its WQEs, the QP block flushes.
-    pub(crate) fn qp_enter_error(&mut self, qpn: u32) {
-        let Some(transition) = self.qps.enter_error(&mut qp_wiring!(self), qpn) else {
-            return;
-        };
-        self.transport_qp_modified(qpn, transition.from, QpState::Err, &transition.qpc);
-        self.qps
-            .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
-    }
-
     /// An SQ or RQ doorbell: the QP block checks it; what it moved goes to the transport
     /// (or, for a QP in ERR, is flushed).
     pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
         match self.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
             DoorbellOutcome::Done => {}
-            DoorbellOutcome::Flush { address, qpc } => self.qps.flush(&mut qp_wiring!(self), qpn, address, *qpc),
-            DoorbellOutcome::SendQueue(producer_index) => self.transport_sq_doorbell(qpn, producer_index),
-            DoorbellOutcome::ReceiveQueue(producer_index) => self.transport_rq_doorbell(qpn, producer_index),
+            DoorbellOutcome::Flush { address, qpc } => self.qps.flush(&mut qp_wiring!(self), qpn, address, qpc),
+            DoorbellOutcome::SendQueue(producer_index) => self
+                .transport
+                .engine(&mut transport_wiring!(self))
+                .sq_doorbell(qpn, producer_index),
+            DoorbellOutcome::ReceiveQueue(producer_index) => self
+                .transport
+                .engine(&mut transport_wiring!(self))
+                .rq_doorbell(qpn, producer_index),
         }
     }
 }
@@ -917,6 +921,15 @@ impl Device {
             return;
         };
         let result = self.object_command(command);
+        self.probes
+            .observe(Port::Mailbox, self.scheduler.now(), || Transaction::Mailbox {
+                opcode,
+                tag: post.tag(),
+                status: match &result {
+                    Ok(_) => MailboxCompletion::Success,
+                    Err(rejection) => rejection.status,
+                },
+            });
         self.firmware
             .finish_mailbox(&mut firmware_wiring!(self), post, opcode, result);
     }
@@ -952,6 +965,46 @@ impl Device {
         }
     }
 
+    /// The next Ethernet frame (without FCS) the device has transmitted, if any.
+    #[inline]
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        let frame = self.transport.poll_transmit()?;
+        self.probes
+            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameOut(&frame));
+        Some(frame)
+    }
+
+    /// Delivers an Ethernet frame (without FCS) to the device's port now. The engines
+    /// process it when it has been through the receive pipeline (at once with zero
+    /// receive-side costs, e.g. the `ideal` preset).
+    pub fn receive_frame(&mut self, frame: &[u8]) {
+        self.probes
+            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameIn(frame));
+        self.transport.engine(&mut transport_wiring!(self)).receive_frame(frame);
+    }
+
+    /// [`receive_frame`](Self::receive_frame) of a frame in a buffer the device may keep:
+    /// a frame that waits for the receive pipeline stays in it (no copy). Returns a buffer
+    /// for the caller to reuse: this one, or a spare from the device's pool.
+    pub fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
+        self.probes
+            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameIn(&frame));
+        self.transport
+            .engine(&mut transport_wiring!(self))
+            .receive_frame_owned(frame)
+    }
+
+    /// Returns a buffer obtained from [`Device::poll_transmit`] for reuse, so the data
+    /// path does not allocate per packet.
+    pub fn recycle_frame(&mut self, buffer: Vec<u8>) {
+        self.transport.recycle_frame(buffer);
+    }
+
+    /// What the transport counted.
+    pub fn transport_counters(&self) -> TransportCounters {
+        self.transport.counters()
+    }
+
     /// The GID table as configured by the driver.
     pub fn gid_table(&self) -> &[Option<GidTableEntry>] {
         &self.transport.addresses.gids
@@ -977,6 +1030,8 @@ struct Services<'a> {
     timing: &'a mut TimingModel,
     scheduler: &'a mut Scheduler<Event>,
     diagnostics: &'a mut DiagnosticLog,
+    /// The observers of the ports the top routes.
+    probes: &'a mut Probes,
 }
 
 impl Services<'_> {
@@ -989,7 +1044,14 @@ impl Services<'_> {
             timing: self.timing,
             scheduler: self.scheduler,
             diagnostics: self.diagnostics,
+            probes: self.probes,
         }
+    }
+
+    /// Shows `port`'s transaction to its observer, if it has one.
+    #[inline]
+    fn observe<'t>(&mut self, port: Port, describe: impl FnOnce() -> Transaction<'t>) {
+        self.probes.observe(port, self.scheduler.now(), describe);
     }
 
     #[inline]
@@ -1060,6 +1122,17 @@ struct Objects<'a> {
 }
 
 impl Objects<'_> {
+    /// An AEQE request to the event block, shown to the event port's observer.
+    fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        self.services.observe(Port::Event, || Transaction::AsyncEvent {
+            event,
+            sub_type,
+            queue_number,
+        });
+        self.eqs
+            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
+    }
+
     /// The same borrows, for a call into a block below.
     #[inline]
     fn reborrow(&mut self) -> Objects<'_> {
@@ -1124,7 +1197,7 @@ impl crate::qp::Io for QpWiring<'_> {
     }
 
     fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
-        let _ = self.cqs.post_cqe(&mut self.objects.reborrow(), cqn, cqe, solicited);
+        let _ = self.post_cqe_observed(cqn, cqe, solicited);
     }
 
     fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
@@ -1220,12 +1293,199 @@ impl crate::firmware::Io for FirmwareWiring<'_> {
     }
 
     fn mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
+        self.services
+            .observe(Port::Event, || Transaction::MailboxEvent { token, status });
         self.eqs
             .post_mailbox_event(&mut self.services.reborrow(), token, status, out_param);
     }
 
     fn addresses(&mut self) -> &mut PortAddresses {
         self.addresses
+    }
+}
+
+impl QpWiring<'_> {
+    /// A CQE to the CQ block, shown to the completion port's observer.
+    #[inline]
+    fn post_cqe_observed(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
+        let result = self.cqs.post_cqe(&mut self.objects.reborrow(), cqn, cqe, solicited);
+        self.objects.services.observe(Port::Completion, || Transaction::Cqe {
+            cqn,
+            cqe: &cqe,
+            solicited,
+            written: result.is_ok(),
+        });
+        result
+    }
+
+    /// The same borrows, for a call into a block below.
+    #[inline]
+    fn reborrow(&mut self) -> QpWiring<'_> {
+        QpWiring {
+            objects: self.objects.reborrow(),
+            cqs: self.cqs,
+            srqs: self.srqs,
+        }
+    }
+}
+
+/// What the transport is bound to: everything below it (the QP block and what the QP
+/// block is bound to, the memory-protection block).
+struct TransportWiring<'a> {
+    qp: QpWiring<'a>,
+    mpt: &'a mut MemoryProtection,
+    qps: &'a mut QueuePairs,
+}
+
+impl crate::transport::Io for TransportWiring<'_> {
+    #[inline]
+    fn now(&self) -> Picoseconds {
+        self.qp.objects.services.scheduler.now()
+    }
+
+    #[inline]
+    fn timing(&mut self) -> &mut TimingModel {
+        self.qp.objects.services.timing
+    }
+
+    #[inline]
+    fn schedule_at(&mut self, at: Picoseconds, timer: TransportTimer) {
+        self.qp
+            .objects
+            .services
+            .scheduler
+            .schedule_at(at, Event::Transport(timer));
+    }
+
+    fn schedule_in(&mut self, delay: Picoseconds, timer: TransportTimer) {
+        self.qp
+            .objects
+            .services
+            .scheduler
+            .schedule_in(delay, Event::Transport(timer));
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.qp
+            .objects
+            .services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.qp.objects.services.bus.read(address, buffer)
+    }
+
+    #[inline]
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.qp.objects.services.bus.write(address, data)
+    }
+
+    #[inline]
+    fn read_buffer(
+        &mut self,
+        mtr: &Mtr,
+        offset: u64,
+        first_bus: Option<u64>,
+        buffer: &mut [u8],
+    ) -> Result<(), DmaFault> {
+        let services = &mut self.qp.objects.services;
+        crate::mtt::read_buffer(services.translation, services.bus, mtr, offset, first_bus, buffer)
+    }
+
+    #[inline]
+    fn write_buffer(&mut self, mtr: &Mtr, offset: u64, first_bus: Option<u64>, data: &[u8]) -> Result<(), DmaFault> {
+        let services = &mut self.qp.objects.services;
+        crate::mtt::write_buffer(services.translation, services.bus, mtr, offset, first_bus, data)
+    }
+
+    #[inline]
+    fn record_progress(&mut self, qpn: u32, progress: QpcProgress) {
+        self.qp.objects.contexts.record_progress(qpn, progress);
+    }
+
+    #[inline]
+    fn check_memory_access(
+        &mut self,
+        key: u32,
+        pd: u32,
+        address: u64,
+        length: u64,
+        needed: MrAccess,
+    ) -> Result<MrTranslation, MrAccessError> {
+        let result = self
+            .mpt
+            .check_access(&mut self.qp.objects.reborrow(), key, pd, address, length, needed);
+        self.qp
+            .objects
+            .services
+            .observe(Port::AccessCheck, || Transaction::AccessCheck {
+                key,
+                pd,
+                address,
+                length,
+                needed: needed.bits(),
+                granted: result.is_ok(),
+            });
+        result
+    }
+
+    fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
+        let result = self.mpt.invalidate(&mut self.qp.objects.reborrow(), rkey, pd);
+        self.qp
+            .objects
+            .services
+            .observe(Port::AccessCheck, || Transaction::Invalidate {
+                rkey,
+                done: result.is_ok(),
+            });
+        result
+    }
+
+    fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
+        let taken = self.qp.srqs.take_wqe(&mut self.qp.objects.reborrow(), srqn);
+        self.qp
+            .objects
+            .services
+            .observe(Port::ReceiveWqe, || Transaction::ReceiveWqe {
+                srqn,
+                slot: taken.map(|wqe| wqe.slot),
+            });
+        taken
+    }
+
+    #[inline]
+    fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
+        self.qp.post_cqe_observed(cqn, cqe, solicited)
+    }
+
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        crate::cq::Io::async_event(&mut self.qp.objects, event, sub_type, queue_number);
+    }
+
+    fn qp_enter_error(&mut self, qpn: u32) -> Option<crate::qp::Transition> {
+        let transition = self.qps.enter_error(&mut self.qp.reborrow(), qpn)?;
+        self.qp
+            .objects
+            .services
+            .observe(Port::QpState, || Transaction::QpState {
+                qpn,
+                from: transition.from,
+                to: transition.to,
+            });
+        Some(transition)
+    }
+
+    fn qp_flush(&mut self, qpn: u32, address: u64, qpc: Qpc) {
+        self.qps.flush(&mut self.qp.reborrow(), qpn, address, qpc);
     }
 }
 
@@ -1311,12 +1571,13 @@ impl crate::cq::Io for Objects<'_> {
 
     #[inline]
     fn completion_event(&mut self, ceqn: u32, cqn: u32) {
+        self.services
+            .observe(Port::Event, || Transaction::CompletionEvent { ceqn, cqn });
         self.eqs.post_completion_event(&mut self.services.reborrow(), ceqn, cqn);
     }
 
     fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        self.eqs
-            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
+        self.post_async_event(event, sub_type, queue_number);
     }
 }
 
@@ -1354,8 +1615,7 @@ impl crate::srq::Io for Objects<'_> {
     }
 
     fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        self.eqs
-            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
+        self.post_async_event(event, sub_type, queue_number);
     }
 }
 
@@ -1403,5 +1663,42 @@ mod tests {
             0,
             "the reset cleared it; the fork's write stayed there"
         );
+    }
+
+    #[test]
+    fn an_observer_on_a_port_sees_what_crosses_it_and_nothing_else() {
+        use crate::probe::Recorder;
+        let memory: Arc<dyn HostMemory> = Arc::new(PagedMemory::new());
+        let mut device = Device::new(DeviceConfig::default(), memory, Box::new(RecordingSink::new()));
+        let command = rnic_firmware_if::pci::COMMAND_MEMORY_SPACE;
+        device.config_write(rnic_firmware_if::pci::offset::COMMAND, &command.to_le_bytes());
+        let doorbells = Recorder::new();
+        let frames = Recorder::new();
+        assert!(device
+            .attach_observer(Port::Doorbell, Some(Box::new(doorbells.clone())))
+            .is_none());
+        device.attach_observer(Port::Network, Some(Box::new(frames.clone())));
+        device.advance_to(Picoseconds(5));
+        // An SQ doorbell for QP 7, producer index 3, as one 64-bit store to page 1.
+        let word = rnic_firmware_if::doorbell::Doorbell::sq(7, 3, 0);
+        let page = regs::DOORBELL_PAGE_SIZE;
+        let offset = page + rnic_firmware_if::doorbell::DB_OFFSET;
+        device.bar_write(regs::DOORBELL_BAR, offset, &word.as_u64().to_le_bytes());
+        // A half doorbell is no transaction: only the high half completes one.
+        device.bar_write(regs::DOORBELL_BAR, offset, &[0; 4]);
+        device.receive_frame(&[0xAB; 20]);
+        assert_eq!(
+            doorbells.seen(),
+            vec![(
+                Picoseconds(5),
+                "Doorbell { target: SendQueue, number: 7, value: 3 }".to_string()
+            )]
+        );
+        assert_eq!(frames.seen().len(), 1, "the received frame");
+        assert!(frames.seen()[0].1.starts_with("FrameIn([171, 171"));
+        // Taken off, the observer sees no more.
+        assert!(device.attach_observer(Port::Doorbell, None).is_some());
+        device.bar_write(regs::DOORBELL_BAR, offset, &word.as_u64().to_le_bytes());
+        assert_eq!(doorbells.seen().len(), 1);
     }
 }

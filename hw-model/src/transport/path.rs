@@ -14,10 +14,10 @@
 use rnic_firmware_if::cmdq::GidType;
 use rnic_firmware_if::context::Qpc;
 
-use crate::device::Device;
 use crate::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, RoceRepr, VlanTag};
 
 use super::wqe_fetch::UdAddress;
+use super::{Engine, Io};
 
 /// EtherType of IPv4.
 const ETHERTYPE_IPV4: u16 = 0x0800;
@@ -139,7 +139,7 @@ pub(crate) fn gid_of_ipv4(ip: [u8; 4]) -> [u8; 16] {
     gid
 }
 
-impl Device {
+impl<I: Io> Engine<'_, I> {
     /// The Ethernet/IP/UDP part of a packet on `path` from QP `local_qpn` to
     /// `remote_qpn`; the caller fills BTH and extension headers.
     // Inlined into its two callers (one per packet built): the large repr is then built

@@ -9,6 +9,7 @@ use rnic_firmware_if::cmdq::GidType;
 
 use super::*;
 use crate::config::DeviceConfig;
+use crate::device::Device;
 use crate::interrupt::RecordingSink;
 use crate::memory::PagedMemory;
 use crate::transport::path::GidTableEntry;
