@@ -20,8 +20,14 @@ use crate::srp::wire::login::{parse_compact_login_request, parse_login_request};
 /// or is a keyed descriptor of non-zero length; SQE, SGL, Connect data and CM private
 /// data round-trip through emit.
 pub fn nvme_capsules(data: &[u8]) {
-    let Some((&queue, bytes)) = data.split_first() else { return };
-    let queue = if queue & 1 == 0 { QueueKind::Admin } else { QueueKind::Io };
+    let Some((&queue, bytes)) = data.split_first() else {
+        return;
+    };
+    let queue = if queue & 1 == 0 {
+        QueueKind::Admin
+    } else {
+        QueueKind::Io
+    };
     if let Ok(capsule) = parse_command_capsule(bytes, queue) {
         match &capsule.data {
             DataPointer::InCapsule(range) => assert!(
@@ -48,7 +54,11 @@ pub fn nvme_capsules(data: &[u8]) {
         assert_eq!(again, Ok(connect), "Connect data round trip");
     }
     if let Ok(request) = parse_cm_request(bytes.get(..CmRequestRepr::LEN).unwrap_or(bytes)) {
-        assert_eq!(parse_cm_request(&request.to_bytes()), Ok(request), "CM private data round trip");
+        assert_eq!(
+            parse_cm_request(&request.to_bytes()),
+            Ok(request),
+            "CM private data round trip"
+        );
     }
 }
 
@@ -62,7 +72,11 @@ pub fn srp_ius(data: &[u8]) {
         assert_eq!(parse_iu(&bytes).as_ref(), Ok(&iu), "IU round trip");
     }
     if let Ok(login) = parse_login_request(data) {
-        assert_eq!(parse_login_request(&login.to_bytes()), Ok(login), "login request round trip");
+        assert_eq!(
+            parse_login_request(&login.to_bytes()),
+            Ok(login),
+            "login request round trip"
+        );
     }
     if let Ok(login) = parse_compact_login_request(data) {
         assert_eq!(

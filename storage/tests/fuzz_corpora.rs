@@ -6,7 +6,10 @@
 use std::path::{Path, PathBuf};
 
 fn inputs(kind: &str, target: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz").join(kind).join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz")
+        .join(kind)
+        .join(target);
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|entries| entries.map(|e| e.expect("directory entry").path()).collect())
         .unwrap_or_default();
@@ -16,7 +19,10 @@ fn inputs(kind: &str, target: &str) -> Vec<PathBuf> {
 
 fn replay(target: &str, run: fn(&[u8])) {
     let mut count = 0;
-    for path in inputs("corpus", target).into_iter().chain(inputs("regressions", target)) {
+    for path in inputs("corpus", target)
+        .into_iter()
+        .chain(inputs("regressions", target))
+    {
         let data = std::fs::read(&path).expect("readable input");
         if let Err(panic) = std::panic::catch_unwind(|| run(&data)) {
             let message = panic

@@ -3,17 +3,21 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use common::{Rig, RigConfig, ADDRESS, SUBNQN};
 use rnic_storage::block::{BlockDevice, RamBackend};
 use rnic_storage::nvmeof::host::{Host, HostConfig, HostError};
 use rnic_storage::nvmeof::perf::{self, Workload};
+use rnic_storage::nvmeof::wire::cm::parse_cm_request;
 use rnic_storage::nvmeof::wire::command::{feature, log_page};
 use rnic_storage::nvmeof::wire::identify::NamespaceDescriptor;
 use rnic_storage::nvmeof::wire::log::{ErrorLogEntry, ErrorLogEntryRepr, SmartLog, SmartLogRepr};
 use rnic_storage::nvmeof::wire::status::Status;
-use rnic_verbs::Context;
+use rnic_storage::rdma::direct::DirectConnector;
+use rnic_storage::rdma::{ConnectParams, ConnectResult, ConnectionError, Connector, PendingConnect};
+use rnic_verbs::{Context, QueuePair};
 
 #[test]
 fn discovery_lists_the_subsystem() {
@@ -203,6 +207,63 @@ fn a_disconnect_frees_everything_on_the_target() {
         let target = rig.target();
         assert_eq!((target.controller_count(), target.queue_count()), (0, 0));
     }
+}
+
+/// A connector whose first request for queue 1 is lost on the way: no answer ever comes.
+struct LoseFirstRequestOfQueue1 {
+    inner: DirectConnector,
+    lost: Arc<AtomicU32>,
+}
+
+struct NoAnswer;
+
+impl PendingConnect for NoAnswer {
+    fn poll(&mut self, _qp: &QueuePair) -> Option<ConnectResult> {
+        None
+    }
+}
+
+impl Connector for LoseFirstRequestOfQueue1 {
+    fn connect(
+        &mut self,
+        context: &Context,
+        qp: &QueuePair,
+        params: &ConnectParams,
+    ) -> Result<Box<dyn PendingConnect>, ConnectionError> {
+        let qid = parse_cm_request(&params.private_data).unwrap().qid;
+        if qid == 1 && self.lost.fetch_add(1, Ordering::Relaxed) == 0 {
+            return Ok(Box::new(NoAnswer));
+        }
+        self.inner.connect(context, qp, params)
+    }
+}
+
+#[test]
+fn a_queue_whose_connection_request_is_lost_is_asked_for_again() {
+    let rig = Rig::new(RigConfig::default());
+    let nic = rig.fabric.add_nic([2, 0, 0, 0, 0, 0x43]);
+    let lost = Arc::new(AtomicU32::new(0));
+    let start = rig.fabric.now().as_nanos();
+    let mut host = Host::connect(
+        Context::open(Box::new(nic)).unwrap(),
+        Box::new(LoseFirstRequestOfQueue1 {
+            inner: rig.cm.connector(),
+            lost: lost.clone(),
+        }),
+        Box::new(rig.reactor()),
+        rig.host_config(),
+    )
+    .unwrap();
+    assert_eq!(lost.load(Ordering::Relaxed), 2, "queue 1 was asked for twice");
+    assert!(
+        rig.fabric.now().as_nanos() - start >= HostConfig::default().connect_timeout_ns,
+        "the second request went out after the connect budget of the first"
+    );
+    host.write(1, 0, &[7; 4096]).unwrap();
+    let mut back = vec![0; 4096];
+    host.read(1, 0, &mut back).unwrap();
+    assert_eq!(back, vec![7; 4096]);
+    assert_eq!(rig.target().queue_count(), 3, "admin and two I/O queues, no orphan");
 }
 
 #[test]

@@ -49,13 +49,25 @@ fn tshark_fields(path: &Path, filter: &str, fields: &[&str]) -> Vec<String> {
     for script in project_lua_scripts() {
         command.arg("-X").arg(format!("lua_script:{}", script.display()));
     }
-    command.args(["--disable-heuristic", "rpcrdma_infiniband", "-Y", filter, "-T", "fields", "-E", "separator=|"]);
+    command.args([
+        "--disable-heuristic",
+        "rpcrdma_infiniband",
+        "-Y",
+        filter,
+        "-T",
+        "fields",
+        "-E",
+        "separator=|",
+    ]);
     for field in fields {
         command.args(["-e", field]);
     }
     let output = command.output().expect("tshark runs");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).lines().map(str::to_string).collect()
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
@@ -119,7 +131,10 @@ fn the_dissector_flags_a_malformed_iu() {
     let report = check_file(&path, &options()).unwrap_or_else(|e| panic!("{e}"));
     assert!(!report.passed(), "the malformed SRP_CMD went unnoticed: {report}");
     let text = report.to_string();
-    assert!(text.contains("Malformed SRP") || text.contains("past the end"), "{text}");
+    assert!(
+        text.contains("Malformed SRP") || text.contains("past the end"),
+        "{text}"
+    );
     std::fs::remove_file(&path).unwrap();
 }
 
@@ -146,9 +161,16 @@ fn a_login_through_the_rdma_cm_decodes_with_cm_and_srp_fields() {
     let report = check_file(&path, &options()).unwrap_or_else(|e| panic!("{e}"));
     assert!(report.passed(), "{report}\n(capture kept at {})", path.display());
     // The CM: REQ (0x10), REP (0x13), RTU (0x14), REJ (0x12), and DREQ/DREP.
-    let cm = tshark_fields(&path, "infiniband.mad.mgmtclass == 0x07", &["infiniband.mad.attributeid", "infiniband.cm.req.serviceid"]);
+    let cm = tshark_fields(
+        &path,
+        "infiniband.mad.mgmtclass == 0x07",
+        &["infiniband.mad.attributeid", "infiniband.cm.req.serviceid"],
+    );
     for attribute in ["0x0010", "0x0013", "0x0014", "0x0012", "0x0015"] {
-        assert!(cm.iter().any(|row| row.starts_with(attribute)), "no CM {attribute}: {cm:?}");
+        assert!(
+            cm.iter().any(|row| row.starts_with(attribute)),
+            "no CM {attribute}: {cm:?}"
+        );
     }
     // Service ID: RDMA-CM, TCP port space, port 5555.
     assert!(cm.iter().any(|row| row.ends_with("0x00000000010615b3")), "{cm:?}");
@@ -157,11 +179,21 @@ fn a_login_through_the_rdma_cm_decodes_with_cm_and_srp_fields() {
     let login = tshark_fields(
         &path,
         "srprdma.login.it_iu_len || srprdma.login.reason",
-        &["infiniband.mad.attributeid", "srprdma.login.it_iu_len", "srprdma.req_lim_delta", "srprdma.login.reason"],
+        &[
+            "infiniband.mad.attributeid",
+            "srprdma.login.it_iu_len",
+            "srprdma.req_lim_delta",
+            "srprdma.login.reason",
+        ],
     );
     assert!(login.iter().any(|r| r.starts_with("0x0010|8260")), "{login:?}");
     assert!(login.iter().any(|r| r.starts_with("0x0013|8260|128")), "{login:?}");
-    assert!(login.iter().any(|r| r.starts_with("0x0012") && r.ends_with("0x00010003")), "{login:?}");
+    assert!(
+        login
+            .iter()
+            .any(|r| r.starts_with("0x0012") && r.ends_with("0x00010003")),
+        "{login:?}"
+    );
     let opcodes = srp_opcodes(&path);
     assert!(opcodes.iter().filter(|o| *o == "0x02").count() >= 2, "{opcodes:?}");
     std::fs::remove_file(&path).unwrap();

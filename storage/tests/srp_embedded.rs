@@ -91,7 +91,10 @@ fn refuses_commands_it_does_not_serve_with_illegal_request() {
     // An unknown LUN: LOGICAL UNIT NOT SUPPORTED; INQUIRY there says "no unit".
     match initiator.read_capacity(7) {
         Err(InitiatorError::Scsi { status, sense }) => {
-            assert_eq!((status, sense), (status::CHECK_CONDITION, Some(SenseData::LUN_NOT_SUPPORTED)))
+            assert_eq!(
+                (status, sense),
+                (status::CHECK_CONDITION, Some(SenseData::LUN_NOT_SUPPORTED))
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -139,9 +142,17 @@ fn a_second_single_channel_login_replaces_the_first_and_multichannel_keeps_it() 
     let config = rig.initiator_config();
     let mut first = rig.login(config.clone()).unwrap();
     let mut second = rig.login(config.clone()).unwrap();
-    assert_eq!(second.login_info().response.rsp_flags & 3, 1, "existing channel terminated");
+    assert_eq!(
+        second.login_info().response.rsp_flags & 3,
+        1,
+        "existing channel terminated"
+    );
     rig.run_for(2_000_000);
-    assert!(first.lost().is_some_and(|why| why.contains("logged out")), "{:?}", first.lost());
+    assert!(
+        first.lost().is_some_and(|why| why.contains("logged out")),
+        "{:?}",
+        first.lost()
+    );
     second.test_unit_ready(0).unwrap();
     let third = rig
         .login(InitiatorConfig {
@@ -149,7 +160,11 @@ fn a_second_single_channel_login_replaces_the_first_and_multichannel_keeps_it() 
             ..config
         })
         .unwrap();
-    assert_eq!(third.login_info().response.rsp_flags & 3, 2, "existing channel maintained");
+    assert_eq!(
+        third.login_info().response.rsp_flags & 3,
+        2,
+        "existing channel maintained"
+    );
     assert_eq!(rig.target().channel_count(), 2);
     assert_eq!(rig.target().counters().channels_replaced, 1);
 }
@@ -166,7 +181,10 @@ fn initiator_logout_iu_and_target_logout_close_the_channel() {
     rig.target().logout_all();
     rig.run_for(2_000_000);
     assert!(initiator.lost().is_some());
-    assert!(matches!(initiator.test_unit_ready(0), Err(InitiatorError::Disconnected(_))));
+    assert!(matches!(
+        initiator.test_unit_ready(0),
+        Err(InitiatorError::Disconnected(_))
+    ));
     assert_eq!(rig.target().channel_count(), 0);
 }
 

@@ -28,10 +28,23 @@ fn verified(lun: u16, io_size: u32, queue_depth: usize, read_percent: u8, ios: u
 fn verified_mixes_at_queue_depths_1_to_64() {
     let mut rig = Rig::new(RigConfig::default());
     let mut initiator = rig.login(rig.initiator_config()).unwrap();
-    for (qd, io_size, reads) in [(1, 512, 50), (2, 4096, 0), (4, 8192, 70), (8, 16384, 50), (16, 4096, 100), (32, 4096, 50), (64, 16384, 30)] {
+    for (qd, io_size, reads) in [
+        (1, 512, 50),
+        (2, 4096, 0),
+        (4, 8192, 70),
+        (8, 16384, 50),
+        (16, 4096, 100),
+        (32, 4096, 50),
+        (64, 16384, 30),
+    ] {
         let report = run(&mut initiator, &verified(0, io_size, qd, reads, 400), &mut |_| {}).unwrap();
         assert_eq!(report.ios, 400, "QD {qd}: {:?}", report.failures);
-        assert_eq!((report.errors, report.verify_failures), (0, 0), "QD {qd}: {:?}", report.failures);
+        assert_eq!(
+            (report.errors, report.verify_failures),
+            (0, 0),
+            "QD {qd}: {:?}",
+            report.failures
+        );
         assert!(report.verified_reads > 0 || reads == 0, "QD {qd}");
         assert!(report.iops > 0.0);
     }
@@ -50,7 +63,12 @@ fn verified_reads_through_indirect_tables_on_a_4k_unit() {
         })
         .unwrap();
     let report = run(&mut initiator, &verified(5, 32768, 16, 100, 300), &mut |_| {}).unwrap();
-    assert_eq!((report.ios, report.errors, report.verify_failures), (300, 0, 0), "{:?}", report.failures);
+    assert_eq!(
+        (report.ios, report.errors, report.verify_failures),
+        (300, 0, 0),
+        "{:?}",
+        report.failures
+    );
 }
 
 #[test]

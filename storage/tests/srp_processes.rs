@@ -104,7 +104,10 @@ fn free_port() -> u16 {
 }
 
 fn run(args: &[String]) -> (bool, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_rnic-srp")).args(args).output().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_rnic-srp"))
+        .args(args)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     (output.status.success(), format!("{stdout}{stderr}"))
@@ -172,7 +175,12 @@ fn initiator_and_target_in_separate_processes() {
     assert!(out.contains("LUN 3: RNIC-EMU RAMDISK"), "{out}");
 
     // A known pattern, written and read back; it is in the file on the target's side.
-    let args = with("00112233445566aa", &["verify", "--lun", "0", "--lba", "2048", "--size", "65536", "--count", "4"]);
+    let args = with(
+        "00112233445566aa",
+        &[
+            "verify", "--lun", "0", "--lba", "2048", "--size", "65536", "--count", "4",
+        ],
+    );
     let (ok, out) = run(&args);
     assert!(ok, "{out}");
     assert!(out.contains("0 differed"), "{out}");
@@ -184,11 +192,28 @@ fn initiator_and_target_in_separate_processes() {
     // The benchmark with verification.
     let args = with(
         "00112233445566aa",
-        &["perf", "--lun", "3", "--qd", "16", "--bs", "8192", "--read-percent", "50", "--ios", "2000", "--verify", "--json"],
+        &[
+            "perf",
+            "--lun",
+            "3",
+            "--qd",
+            "16",
+            "--bs",
+            "8192",
+            "--read-percent",
+            "50",
+            "--ios",
+            "2000",
+            "--verify",
+            "--json",
+        ],
     );
     let (ok, out) = run(&args);
     assert!(ok, "{out}");
-    assert!(out.contains("\"verify_failures\":0") && out.contains("\"ios\":2000"), "{out}");
+    assert!(
+        out.contains("\"verify_failures\":0") && out.contains("\"ios\":2000"),
+        "{out}"
+    );
 
     // The wrong target port ID: refused with the reason Linux prints.
     let args = with("0000000000000001", &["info"]);

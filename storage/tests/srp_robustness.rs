@@ -49,12 +49,17 @@ fn malformed_ius_are_answered_or_ignored_and_counted() {
     initiator.expect_response(0x77, 1);
     let done = initiator.wait_completions(1).unwrap();
     assert_eq!(done.len(), 1);
-    assert_eq!((done[0].status, done[0].sense), (status::CHECK_CONDITION, Some(SenseData::INVALID_FIELD_IN_CDB)));
+    assert_eq!(
+        (done[0].status, done[0].sense),
+        (status::CHECK_CONDITION, Some(SenseData::INVALID_FIELD_IN_CDB))
+    );
     // Shorter than an IU header, an unknown opcode, a target IU from the initiator:
     // nothing to answer; ignored.
     initiator.send_raw_iu(&[0x02; 9], false).unwrap();
     initiator.send_raw_iu(&[0x55; 64], false).unwrap();
-    initiator.send_raw_iu(&IuRepr::CredRsp { tag: 1 }.to_bytes()[..], false).unwrap();
+    initiator
+        .send_raw_iu(&IuRepr::CredRsp { tag: 1 }.to_bytes()[..], false)
+        .unwrap();
     let mut login_rsp = vec![0u8; 52];
     login_rsp[0] = 0xC0;
     initiator.send_raw_iu(&login_rsp, false).unwrap();
@@ -66,7 +71,11 @@ fn malformed_ius_are_answered_or_ignored_and_counted() {
     let done = initiator.wait_completions(1).unwrap();
     assert_eq!(done[0].status, status::CHECK_CONDITION);
     // An indirect table whose total length is not the sum of its entries.
-    let d = DirectDescriptor { va: 0, key: 0, len: 256 };
+    let d = DirectDescriptor {
+        va: 0,
+        key: 0,
+        len: 256,
+    };
     let lie = write_cmd(
         0x79,
         0,
@@ -100,9 +109,7 @@ fn commands_beyond_the_credits_get_busy() {
         },
         ..RigConfig::default()
     });
-    let mut initiator = rig
-        .login(srp_common::Rig::initiator_config(&rig))
-        .unwrap();
+    let mut initiator = rig.login(srp_common::Rig::initiator_config(&rig)).unwrap();
     assert_eq!(initiator.credits(), 4);
     // Eight 64 KiB writes fetched by RDMA READ, sent back to back: the first four hold
     // their credits while their data is read; the rest overrun.

@@ -337,6 +337,8 @@ fn compare_with_nic(
             tx_depth: workload.queue_depth.clamp(1, bench::MAX_TX_DEPTH),
             cq_moderation: 1,
             single_buffer: false,
+            // QPs programmed directly, as the NIC-only figure always was.
+            connection_manager: false,
         };
         let (nic, _) = bench::run(&config).map_err(|e| e.to_string())?;
         let rate = nic.msg_rate_mpps * 1e6;

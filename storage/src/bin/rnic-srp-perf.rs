@@ -234,7 +234,9 @@ fn main() -> ExitCode {
         if args.compare_nvmf {
             reports.push(run_nvmf(&args, mode, pattern, read_percent)?);
         }
-        let ok = reports.iter().all(|r| r.errors == 0 && r.verify_failures == 0 && r.ios == args.ios);
+        let ok = reports
+            .iter()
+            .all(|r| r.errors == 0 && r.verify_failures == 0 && r.ios == args.ios);
         if args.compare_nvmf {
             let ratio = reports[0].iops / reports[1].iops.max(f64::MIN_POSITIVE);
             reports[0].extra.push(("iops_ratio_to_nvmf".into(), ratio));

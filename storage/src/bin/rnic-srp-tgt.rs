@@ -123,7 +123,10 @@ fn parse_lun(flag: &str, max_transfer: u32) -> Result<(u16, LogicalUnit), String
                 None => FileBackend::open(path, block_size, mode),
             }
             .map_err(|e| invalid(&e.to_string()))?;
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             (Arc::new(backend), "FILEIO", format!("rnic-{name}"))
         }
         _ => return Err(invalid("ram:SIZE or file:PATH")),
@@ -146,7 +149,10 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
         .init();
-    let target_port_id = match (hex64("id-ext", &arguments.id_ext), hex64("ioc-guid", &arguments.ioc_guid)) {
+    let target_port_id = match (
+        hex64("id-ext", &arguments.id_ext),
+        hex64("ioc-guid", &arguments.ioc_guid),
+    ) {
         (Ok(ext), Ok(guid)) => PortId::new(ext, guid),
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };
@@ -268,7 +274,10 @@ mod tests {
     #[test]
     fn lun_flags() {
         let (lun, unit) = parse_lun("3,ram:1MiB,bs=4096", 65536).unwrap();
-        assert_eq!((lun, unit.device().block_count(), unit.device().block_size()), (3, 256, 4096));
+        assert_eq!(
+            (lun, unit.device().block_count(), unit.device().block_size()),
+            (3, 256, 4096)
+        );
         assert!(parse_lun("3,ram:1MiB,colour=red", 65536).is_err());
         assert!(parse_lun("x,ram:1MiB", 65536).is_err());
         assert!(parse_lun("20000,ram:1MiB", 65536).is_err());

@@ -117,7 +117,10 @@ fn hex64(name: &str, text: &str) -> Result<u64, String> {
 }
 
 fn login(arguments: &Arguments) -> Result<Initiator, String> {
-    let target_port_id = PortId::new(hex64("id-ext", &arguments.id_ext)?, hex64("ioc-guid", &arguments.ioc_guid)?);
+    let target_port_id = PortId::new(
+        hex64("id-ext", &arguments.id_ext)?,
+        hex64("ioc-guid", &arguments.ioc_guid)?,
+    );
     let mtu = Mtu::from_bytes(arguments.mtu).ok_or_else(|| format!("MTU {}", arguments.mtu))?;
     let cm = CmChoice::parse(&arguments.cm, &arguments.neighbours)?;
     let context = open_context(&arguments.device, Some(arguments.ip))?;
@@ -175,10 +178,16 @@ fn execute(arguments: &Arguments) -> Result<bool, String> {
                 let inquiry = initiator.inquiry(lun).map_err(|e| format!("INQUIRY LUN {lun}: {e}"))?;
                 let serial = initiator
                     .vpd(lun, vpd::UNIT_SERIAL_NUMBER)
-                    .map(|s| String::from_utf8_lossy(&s).trim().to_string())
+                    .map(|s| {
+                        String::from_utf8_lossy(&s)
+                            .trim_end_matches(['\0', ' '])
+                            .trim()
+                            .to_string()
+                    })
                     .unwrap_or_default();
-                let (blocks, block_size) =
-                    initiator.read_capacity(lun).map_err(|e| format!("READ CAPACITY LUN {lun}: {e}"))?;
+                let (blocks, block_size) = initiator
+                    .read_capacity(lun)
+                    .map_err(|e| format!("READ CAPACITY LUN {lun}: {e}"))?;
                 println!(
                     "LUN {lun}: {} {} {} (type {:#04x}), serial {serial:?}, {blocks} blocks of {block_size} bytes",
                     inquiry.vendor, inquiry.product, inquiry.revision, inquiry.peripheral
@@ -190,15 +199,21 @@ fn execute(arguments: &Arguments) -> Result<bool, String> {
             let (blocks, block_size) = initiator.read_capacity(*lun).map_err(|e| e.to_string())?;
             let per = u64::from(*size / block_size.max(1));
             if *size == 0 || size % block_size != 0 || lba + per * u64::from(*count) > blocks {
-                return Err(format!("{count} × {size} bytes from LBA {lba} do not fit {blocks} blocks of {block_size}"));
+                return Err(format!(
+                    "{count} × {size} bytes from LBA {lba} do not fit {blocks} blocks of {block_size}"
+                ));
             }
             let mut failures = 0;
             for i in 0..u64::from(*count) {
                 let data = pattern(*size as usize, lba + i);
                 let at = lba + i * per;
-                initiator.write(*lun, at, block_size, &data).map_err(|e| format!("WRITE at {at}: {e}"))?;
+                initiator
+                    .write(*lun, at, block_size, &data)
+                    .map_err(|e| format!("WRITE at {at}: {e}"))?;
                 let mut back = vec![0u8; *size as usize];
-                initiator.read(*lun, at, block_size, &mut back).map_err(|e| format!("READ at {at}: {e}"))?;
+                initiator
+                    .read(*lun, at, block_size, &mut back)
+                    .map_err(|e| format!("READ at {at}: {e}"))?;
                 if back != data {
                     failures += 1;
                     eprintln!("LBA {at}: read back differs");

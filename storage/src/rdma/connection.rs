@@ -101,6 +101,11 @@ pub enum ConnectionError {
     /// Nobody listens at the destination.
     #[error("nobody listens at {0}")]
     Unreachable(ServiceAddress),
+    /// The peer still holds a connection from this QP number (a previous one it did not
+    /// see end): the CM's "stale connection". It cleans up after answering; a new
+    /// attempt usually succeeds.
+    #[error("{0} holds a stale connection from this QP number")]
+    Stale(ServiceAddress),
     /// The address is taken by another listener.
     #[error("{0} is already in use")]
     AddressInUse(ServiceAddress),

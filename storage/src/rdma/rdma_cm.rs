@@ -30,6 +30,8 @@ use super::connection::{
 const RESOLVE_TIMEOUT_MS: u64 = 2000;
 /// REJ reason "invalid service ID": nobody listens.
 const REJECT_NO_LISTENER: i32 = 8;
+/// REJ reason "stale connection".
+const REJECT_STALE_CONNECTION: i32 = 10;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
@@ -414,6 +416,9 @@ impl PendingConnect for RdmaCmPending {
                 }
                 (_, CmEventKind::Rejected) if event.status == REJECT_NO_LISTENER => {
                     return self.fail(ConnectionError::Unreachable(destination));
+                }
+                (_, CmEventKind::Rejected) if event.status == REJECT_STALE_CONNECTION => {
+                    return self.fail(ConnectionError::Stale(destination));
                 }
                 (_, CmEventKind::Rejected) => {
                     return self.fail(ConnectionError::Rejected {

@@ -347,7 +347,10 @@ mod tests {
         );
         // READ CAPACITY(16), allocation length 32.
         let rc16 = [0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0];
-        assert_eq!(Cdb::parse(&rc16).unwrap(), Cdb::ReadCapacity16 { allocation_length: 32 });
+        assert_eq!(
+            Cdb::parse(&rc16).unwrap(),
+            Cdb::ReadCapacity16 { allocation_length: 32 }
+        );
         // INQUIRY VPD 0x83, 255 bytes.
         assert_eq!(
             Cdb::parse(&[0x12, 1, 0x83, 0, 0xFF, 0]).unwrap(),

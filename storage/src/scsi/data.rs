@@ -148,7 +148,11 @@ pub fn parse_designators(payload: &[u8]) -> Vec<(u8, u8, Vec<u8>)> {
     while at + 4 <= payload.len() {
         let len = usize::from(payload[at + 3]);
         let end = (at + 4 + len).min(payload.len());
-        out.push((payload[at] & 0x0F, payload[at + 1] & 0x0F, payload[at + 4..end].to_vec()));
+        out.push((
+            payload[at] & 0x0F,
+            payload[at + 1] & 0x0F,
+            payload[at + 4..end].to_vec(),
+        ));
         at += 4 + len;
     }
     out
@@ -434,7 +438,10 @@ mod tests {
     #[test]
     fn capacities_round_trip_and_saturate() {
         assert_eq!(read_capacity_10(2048, 512), [0, 0, 0x07, 0xFF, 0, 0, 2, 0]);
-        assert_eq!(parse_read_capacity_10(&read_capacity_10(1 << 40, 4096)).unwrap(), (u32::MAX, 4096));
+        assert_eq!(
+            parse_read_capacity_10(&read_capacity_10(1 << 40, 4096)).unwrap(),
+            (u32::MAX, 4096)
+        );
         let c = Capacity16 {
             last_lba: (1 << 40) - 1,
             block_size: 512,
@@ -449,7 +456,11 @@ mod tests {
 
     #[test]
     fn vpd_pages_and_designators() {
-        let page = vpd_page(0, vpd::DEVICE_IDENTIFICATION, &device_identification([0x60; 16], "RNIC-EMU", "abc"));
+        let page = vpd_page(
+            0,
+            vpd::DEVICE_IDENTIFICATION,
+            &device_identification([0x60; 16], "RNIC-EMU", "abc"),
+        );
         assert_eq!(&page[..8], &[0, 0x83, 0, 35, 0x01, 0x03, 0, 0x10]);
         let (code, payload) = parse_vpd_page(&page).unwrap();
         assert_eq!(code, 0x83);
@@ -490,7 +501,10 @@ mod tests {
         assert_eq!(parse_report_luns(&bytes[..16]).unwrap(), [0]);
         let descriptors = [
             UnmapDescriptor { lba: 8, blocks: 16 },
-            UnmapDescriptor { lba: 1 << 33, blocks: 1 },
+            UnmapDescriptor {
+                lba: 1 << 33,
+                blocks: 1,
+            },
         ];
         let list = unmap_parameters(&descriptors);
         assert_eq!(&list[..4], &[0, 38, 0, 32]);

@@ -118,7 +118,7 @@ impl LogicalUnit {
             hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3);
         }
         let mut naa = [0u8; 16];
-        naa[0] = 0x60 | 0x00;
+        naa[0] = 0x60;
         naa[1] = 0x25;
         naa[2] = 0x24;
         naa[3] = 0xE0;
@@ -352,7 +352,9 @@ impl LogicalUnit {
         let payload = match page {
             vpd::SUPPORTED_PAGES => vpd::ALL.to_vec(),
             vpd::UNIT_SERIAL_NUMBER => self.config.serial.as_bytes().to_vec(),
-            vpd::DEVICE_IDENTIFICATION => data::device_identification(self.naa, &self.config.vendor, &self.config.serial),
+            vpd::DEVICE_IDENTIFICATION => {
+                data::device_identification(self.naa, &self.config.vendor, &self.config.serial)
+            }
             vpd::BLOCK_LIMITS => BlockLimits {
                 max_transfer_blocks: self.max_transfer_blocks(),
                 optimal_transfer_blocks: (65536 / self.device.block_size()).min(self.max_transfer_blocks()),
@@ -429,7 +431,13 @@ impl LunMap {
     /// The sense refusing the command.
     pub fn plan(&self, lun: Option<u16>, cdb: &Cdb) -> Result<DataDirection, SenseData> {
         match (cdb, lun.and_then(|l| self.units.get(&l))) {
-            (Cdb::ReportLuns { allocation_length, select_report }, _) => {
+            (
+                Cdb::ReportLuns {
+                    allocation_length,
+                    select_report,
+                },
+                _,
+            ) => {
                 if *allocation_length < 16 || *select_report > 2 {
                     return Err(SenseData::invalid_cdb_field(
                         if *select_report > 2 { 2 } else { 6 },
@@ -439,12 +447,21 @@ impl LunMap {
                 Ok(DataDirection::In(*allocation_length))
             }
             (_, Some(unit)) => unit.plan(cdb),
-            (Cdb::Inquiry { evpd: false, page_code: 0, allocation_length }, None) => {
-                Ok(DataDirection::In(u32::from(*allocation_length)))
-            }
-            (Cdb::RequestSense { allocation_length, descriptor: false }, None) => {
-                Ok(DataDirection::In(u32::from(*allocation_length)))
-            }
+            (
+                Cdb::Inquiry {
+                    evpd: false,
+                    page_code: 0,
+                    allocation_length,
+                },
+                None,
+            ) => Ok(DataDirection::In(u32::from(*allocation_length))),
+            (
+                Cdb::RequestSense {
+                    allocation_length,
+                    descriptor: false,
+                },
+                None,
+            ) => Ok(DataDirection::In(u32::from(*allocation_length))),
             (_, None) => Err(SenseData::LUN_NOT_SUPPORTED),
         }
     }
@@ -538,8 +555,14 @@ mod tests {
     #[test]
     fn refuses_out_of_range_oversized_and_protected_io_before_data_moves() {
         let map = map();
-        assert_eq!(map.plan(Some(0), &Cdb::Read(rw(1020, 8))), Err(SenseData::LBA_OUT_OF_RANGE));
-        assert_eq!(map.plan(Some(0), &Cdb::Read(rw(u64::MAX, 2))), Err(SenseData::LBA_OUT_OF_RANGE));
+        assert_eq!(
+            map.plan(Some(0), &Cdb::Read(rw(1020, 8))),
+            Err(SenseData::LBA_OUT_OF_RANGE)
+        );
+        assert_eq!(
+            map.plan(Some(0), &Cdb::Read(rw(u64::MAX, 2))),
+            Err(SenseData::LBA_OUT_OF_RANGE)
+        );
         assert_eq!(
             map.plan(Some(0), &Cdb::Write(rw(0, 129))),
             Err(SenseData::invalid_cdb_field(7, None))
@@ -555,7 +578,10 @@ mod tests {
     #[test]
     fn unknown_luns_and_opcodes_get_the_sense_linux_expects() {
         let map = map();
-        assert_eq!(map.plan(Some(9), &Cdb::TestUnitReady), Err(SenseData::LUN_NOT_SUPPORTED));
+        assert_eq!(
+            map.plan(Some(9), &Cdb::TestUnitReady),
+            Err(SenseData::LUN_NOT_SUPPORTED)
+        );
         assert_eq!(map.plan(None, &Cdb::ReadCapacity10), Err(SenseData::LUN_NOT_SUPPORTED));
         let (outcome, data) = run(
             &map,

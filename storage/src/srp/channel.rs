@@ -1,9 +1,7 @@
 //! What both ends of an SRP RDMA channel need: an RC QP with one CQ, and work request
 //! IDs that say what a completion is for.
 
-use rnic_verbs::{
-    CompletionQueue, Context, ProtectionDomain, QpCapabilities, QpInitAttributes, QpType, QueuePair,
-};
+use rnic_verbs::{CompletionQueue, Context, ProtectionDomain, QpCapabilities, QpInitAttributes, QpType, QueuePair};
 
 /// What a work request was for: the top byte of its `wr_id`, an index below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +63,12 @@ mod tests {
 
     #[test]
     fn work_request_ids_round_trip() {
-        for kind in [WorkKind::Receive, WorkKind::ReadData, WorkKind::WriteData, WorkKind::Send] {
+        for kind in [
+            WorkKind::Receive,
+            WorkKind::ReadData,
+            WorkKind::WriteData,
+            WorkKind::Send,
+        ] {
             for index in [0usize, 1, 255, 1 << 40] {
                 assert_eq!(decode_wr_id(wr_id(kind, index)), Some((kind, index)));
             }

@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 
 use rnic_verbs::{
-    AccessFlags, CompletionQueue, Context, ProtectionDomain, QueuePair, RecvWorkRequest, SendFlags,
-    SendWorkRequest, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, CompletionQueue, Context, ProtectionDomain, QueuePair, RecvWorkRequest, SendFlags, SendWorkRequest,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 
 use super::channel::{create_rc_qp, decode_wr_id, wr_id, WorkKind};
@@ -31,7 +31,9 @@ use super::wire::login::{
     LoginRejReason, LoginRejRepr, LoginReqRepr, LoginRspRepr, PortId, IMMEDIATE_REQUESTED, MULTICHANNEL_MULTI,
 };
 use super::wire::{buffer_format, TaskManagementFunction};
-use crate::rdma::{BufferPool, ConnectParams, Connection, ConnectionError, Connector, DataBuffer, Reactor, ServiceAddress, SlotRegion};
+use crate::rdma::{
+    BufferPool, ConnectParams, Connection, ConnectionError, Connector, DataBuffer, Reactor, ServiceAddress, SlotRegion,
+};
 use crate::scsi::cdb::{Cdb, ReadWrite};
 use crate::scsi::data::{self, Capacity16, InquiryRepr};
 use crate::scsi::{encode_lun, status, SenseData};
@@ -76,7 +78,8 @@ impl Default for InitiatorConfig {
             multichannel: false,
             data_pool_bytes: 16 << 20,
             descriptor_chunk: None,
-            login_timeout_ns: 5_000_000_000,
+            // A lost CM REQ is resent after about 4.6 s (storage-and-cm.md A.6): room for a few.
+            login_timeout_ns: 30_000_000_000,
             command_timeout_ns: 30_000_000_000,
         }
     }
@@ -254,21 +257,33 @@ impl Initiator {
         config: InitiatorConfig,
     ) -> Result<Self> {
         if config.max_it_iu_len < 64 {
-            return Err(InitiatorError::Invalid(format!("IT IU length {}", config.max_it_iu_len)));
+            return Err(InitiatorError::Invalid(format!(
+                "IT IU length {}",
+                config.max_it_iu_len
+            )));
         }
         let pd = context.alloc_pd()?;
         let device = context.query_device();
         // The queue's shape is known only after the login response; size for the most
         // an SRP target grants here, and use what it grants.
         let max_credits = 4096u32.min(device.max_qp_wr / 2).max(8);
-        let (qp, cq) = create_rc_qp(&context, &pd, max_credits + RECEIVE_SLACK + 8, max_credits + RECEIVE_SLACK)?;
+        let (qp, cq) = create_rc_qp(
+            &context,
+            &pd,
+            max_credits + RECEIVE_SLACK + 8,
+            max_credits + RECEIVE_SLACK,
+        )?;
         let request = LoginReqRepr {
             tag: 0,
             req_it_iu_len: config.max_it_iu_len,
             req_buf_fmt: buffer_format::DIRECT | buffer_format::INDIRECT,
             req_flags: if config.immediate_data { IMMEDIATE_REQUESTED } else { 0 }
                 | if config.multichannel { MULTICHANNEL_MULTI } else { 0 },
-            imm_data_offset: if config.immediate_data { IMMEDIATE_DATA_OFFSET } else { 0 },
+            imm_data_offset: if config.immediate_data {
+                IMMEDIATE_DATA_OFFSET
+            } else {
+                0
+            },
             initiator_port_id: config.initiator_port_id,
             target_port_id: config.target_port_id,
         };
@@ -288,8 +303,8 @@ impl Initiator {
                 match result {
                     Ok(done) => break done,
                     Err(ConnectionError::Rejected { private_data }) => {
-                        let reason = LoginRejRepr::parse(&private_data)
-                            .map_or(LoginRejReason::Other(0), |rej| rej.reason);
+                        let reason =
+                            LoginRejRepr::parse(&private_data).map_or(LoginRejReason::Other(0), |rej| rej.reason);
                         return Err(InitiatorError::Rejected(reason));
                     }
                     Err(e) => return Err(e.into()),
@@ -909,7 +924,9 @@ impl Initiator {
         Self::good(&c)?;
         let (code, payload) = data::parse_vpd_page(&data).map_err(|e| InitiatorError::Protocol(e.to_string()))?;
         if code != page {
-            return Err(InitiatorError::Protocol(format!("asked for VPD {page:#x}, got {code:#x}")));
+            return Err(InitiatorError::Protocol(format!(
+                "asked for VPD {page:#x}, got {code:#x}"
+            )));
         }
         Ok(payload.to_vec())
     }
@@ -961,14 +978,21 @@ impl Initiator {
     /// Transport failures; a status other than GOOD; a length that is not whole blocks.
     pub fn read(&mut self, lun: u16, lba: u64, block_size: u32, out: &mut [u8]) -> Result<()> {
         if block_size == 0 || !out.len().is_multiple_of(block_size as usize) {
-            return Err(InitiatorError::Invalid(format!("{} bytes of {block_size}-byte blocks", out.len())));
+            return Err(InitiatorError::Invalid(format!(
+                "{} bytes of {block_size}-byte blocks",
+                out.len()
+            )));
         }
         let blocks = (out.len() / block_size as usize) as u32;
         let cdb = Cdb::Read(Self::rw(lba, blocks));
         let (c, data) = self.command(lun, cdb.to_bytes(), None, out.len() as u32)?;
         Self::good(&c)?;
         if data.len() != out.len() {
-            return Err(InitiatorError::Protocol(format!("{} of {} bytes arrived", data.len(), out.len())));
+            return Err(InitiatorError::Protocol(format!(
+                "{} of {} bytes arrived",
+                data.len(),
+                out.len()
+            )));
         }
         out.copy_from_slice(&data);
         Ok(())
@@ -980,7 +1004,10 @@ impl Initiator {
     /// Transport failures; a status other than GOOD; a length that is not whole blocks.
     pub fn write(&mut self, lun: u16, lba: u64, block_size: u32, data: &[u8]) -> Result<()> {
         if block_size == 0 || !data.len().is_multiple_of(block_size as usize) {
-            return Err(InitiatorError::Invalid(format!("{} bytes of {block_size}-byte blocks", data.len())));
+            return Err(InitiatorError::Invalid(format!(
+                "{} bytes of {block_size}-byte blocks",
+                data.len()
+            )));
         }
         let blocks = (data.len() / block_size as usize) as u32;
         let cdb = Cdb::Write(Self::rw(lba, blocks));

@@ -143,7 +143,9 @@ pub fn run(
         )));
     }
     if workload.read_percent > 100 || workload.ios.is_none() && workload.duration_ns.is_none() {
-        return Err(InitiatorError::Invalid("a read percentage above 100, or no I/O count nor duration".into()));
+        return Err(InitiatorError::Invalid(
+            "a read percentage above 100, or no I/O count nor duration".into(),
+        ));
     }
     let blocks_per_io = u64::from(workload.io_size / block_size);
     let region = workload.region_blocks.unwrap_or(blocks).min(blocks);
@@ -226,7 +228,12 @@ fn submit(
     // Credits come back with the responses: with one command per free slot the
     // initiator never runs out, but wait for one rather than fail if it does.
     loop {
-        match initiator.submit(workload.lun, &command(slot, blocks_per_io, slot.read), data, index as u64) {
+        match initiator.submit(
+            workload.lun,
+            &command(slot, blocks_per_io, slot.read),
+            data,
+            index as u64,
+        ) {
             Err(InitiatorError::Busy) => {
                 if let Some(why) = initiator.lost() {
                     return Err(InitiatorError::Disconnected(why.to_string()));
@@ -284,13 +291,13 @@ fn drive(
     // response without immediate data), SRP_RSP.
     report.messages_per_io = reads * 3.0 + (1.0 - reads) * if immediate { 2.0 } else { 4.0 };
     let mut histogram = LatencyHistogram::new();
-    let (mut submitted, mut done) = (0u64, 0u64);
+    let mut submitted = 0u64;
     let mut completions = Vec::with_capacity(slots.len());
     let mut stopping = false;
     loop {
         if !stopping {
-            for index in 0..slots.len() {
-                if slots[index].busy {
+            for (index, slot) in slots.iter_mut().enumerate() {
+                if slot.busy {
                     continue;
                 }
                 if workload.ios.is_some_and(|limit| submitted >= limit)
@@ -301,7 +308,6 @@ fn drive(
                 }
                 let unit = pick_unit(workload.pattern, &mut rng, &mut cursor, &in_use, units);
                 let read = (rng.next() % 100) < u64::from(workload.read_percent);
-                let slot = &mut slots[index];
                 slot.unit = unit;
                 slot.read = read;
                 if !read {
@@ -315,7 +321,7 @@ fn drive(
                 in_use[unit as usize] = true;
                 slot.busy = true;
                 slot.started = clock.now(initiator);
-                submit(initiator, workload, &slots[index], index, blocks_per_io)?;
+                submit(initiator, workload, slot, index, blocks_per_io)?;
                 submitted += 1;
             }
         }
@@ -330,7 +336,6 @@ fn drive(
             }
             slot.busy = false;
             in_use[slot.unit as usize] = false;
-            done += 1;
             histogram.record(clock.now(initiator).saturating_sub(slot.started));
             if !completion.is_good() {
                 report.errors += 1;
@@ -380,7 +385,6 @@ fn drive(
             initiator.reactor().idle(false);
         }
     }
-    let _ = done;
     report.elapsed_s = clock.now(initiator).saturating_sub(start) as f64 / 1e9;
     report.wall_s = wall_start.elapsed().as_secs_f64();
     report.finish(&histogram);
@@ -418,18 +422,17 @@ fn prefill(
     let mut next = 0u64;
     let mut completions = Vec::new();
     loop {
-        for index in 0..slots.len() {
-            if slots[index].busy || next >= units {
+        for (index, slot) in slots.iter_mut().enumerate() {
+            if slot.busy || next >= units {
                 continue;
             }
-            let slot = &mut slots[index];
             slot.unit = next;
             slot.read = false;
             next += 1;
             fill_pattern(&mut data, slot.unit * u64::from(workload.io_size), 1, workload.seed);
             initiator.write_buffer(&slot.buffer, 0, &data)?;
             slot.busy = true;
-            submit(initiator, workload, &slots[index], index, blocks_per_io)?;
+            submit(initiator, workload, slot, index, blocks_per_io)?;
         }
         completions.clear();
         let n = initiator.poll(&mut completions)?;

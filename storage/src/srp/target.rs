@@ -144,8 +144,6 @@ const POLL_BATCH: usize = 32;
 /// Receive buffers beyond the credits: room to see, and answer, an initiator that
 /// overruns its credits instead of stalling it in receiver-not-ready.
 const OVERRUN_SLACK: u32 = 8;
-/// Send slot of an unsolicited target IU (SRP_T_LOGOUT): past the request slots.
-const T_LOGOUT_SLOT_EXTRA: usize = 0;
 
 /// Where a command is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,18 +421,20 @@ impl Target {
         let peer = request.peer();
         let private = request.private_data();
         // Over RDMA-CM the login is the 56-byte compact form; a 64-byte SRP_LOGIN_REQ
-        // (InfiniBand CM) is taken too.
-        let parsed = if private.len() >= LOGIN_REQ_LEN && private[0] == opcode::LOGIN_REQ && private[11] != 0 {
+        // (InfiniBand CM) is taken too. They differ where the compact form has the IT IU
+        // length (bytes 12..16), which are reserved zeroes in the full form.
+        let full = private.len() >= LOGIN_REQ_LEN && private[0] == opcode::LOGIN_REQ && private[12..16] == [0; 4];
+        let parsed = if full || private.len() < COMPACT_LOGIN_REQ_LEN {
             LoginReqRepr::parse(private)
-        } else if private.len() >= COMPACT_LOGIN_REQ_LEN {
-            LoginReqRepr::parse_compact(private)
         } else {
-            LoginReqRepr::parse(private)
+            LoginReqRepr::parse_compact(private)
         };
         let login = match parsed {
             Ok(login) => login,
             Err(e) => {
-                let tag = private.get(..8).map_or(0, |t| u64::from_be_bytes(t.try_into().unwrap_or([0; 8])));
+                let tag = private
+                    .get(..8)
+                    .map_or(0, |t| u64::from_be_bytes(t.try_into().unwrap_or([0; 8])));
                 return self.reject(request, tag, LoginRejReason::UnableToEstablish, format!("login: {e}"));
             }
         };
@@ -479,14 +479,19 @@ impl Target {
                     .map(|_| c)
             })
             .collect();
-        if login.multichannel() && nexus.len() >= self.config.max_channels_per_nexus
-            || self.channel_count() >= self.config.max_channels && (login.multichannel() || nexus.is_empty())
-        {
+        let nexus_full = login.multichannel() && nexus.len() >= self.config.max_channels_per_nexus;
+        let target_full =
+            self.channel_count() >= self.config.max_channels && (login.multichannel() || nexus.is_empty());
+        if nexus_full || target_full {
             return self.reject(
                 request,
                 tag,
                 LoginRejReason::ChannelLimitReached,
-                format!("{} channels of this nexus, {} in all", nexus.len(), self.channel_count()),
+                format!(
+                    "{} channels of this nexus, {} in all",
+                    nexus.len(),
+                    self.channel_count()
+                ),
             );
         }
         if request.responder_resources() == 0 {
@@ -542,7 +547,11 @@ impl Target {
                 1
             }
             (false, true) => 2,
-        } | if immediate_offset.is_some() { IMMEDIATE_SUPPORTED } else { 0 };
+        } | if immediate_offset.is_some() {
+            IMMEDIATE_SUPPORTED
+        } else {
+            0
+        };
         let reply = LoginRspRepr {
             req_lim_delta: self.config.credits,
             tag,
@@ -612,7 +621,9 @@ impl Target {
     fn reject(&mut self, request: Box<dyn IncomingRequest>, tag: u64, reason: LoginRejReason, why: String) {
         self.counters.logins_rejected += 1;
         let peer = request.peer();
-        self.diag("login-reject", || format!("refused the login of {peer}: {reason}: {why}"));
+        self.diag("login-reject", || {
+            format!("refused the login of {peer}: {reason}: {why}")
+        });
         let rej = LoginRejRepr {
             reason,
             tag,
@@ -686,7 +697,9 @@ impl Target {
         request.send_entries = request.send_entries.saturating_sub(1);
         if let Stage::Reading { remaining } = request.stage {
             if remaining > 1 {
-                request.stage = Stage::Reading { remaining: remaining - 1 };
+                request.stage = Stage::Reading {
+                    remaining: remaining - 1,
+                };
             } else if request.aborted {
                 if let Some(buffer) = request.buffer.take() {
                     channel.pool.free(buffer);
@@ -769,7 +782,10 @@ impl Target {
                 self.counters.unexpected_ius += 1;
                 let peer = channel.peer.clone();
                 self.diag("unexpected-iu", || {
-                    format!("{} ({other:#04x}) from {peer} is not an initiator IU; ignored", opcode::name(other))
+                    format!(
+                        "{} ({other:#04x}) from {peer} is not an initiator IU; ignored",
+                        opcode::name(other)
+                    )
                 });
             }
         }
@@ -796,7 +812,9 @@ impl Target {
         let channel = self.channels[c].as_mut().expect("present");
         let Some(index) = channel.free_slot() else {
             let peer = channel.peer.clone();
-            self.diag("no-request-slot", || format!("{peer} has more commands outstanding than the target holds"));
+            self.diag("no-request-slot", || {
+                format!("{peer} has more commands outstanding than the target holds")
+            });
             return self.close(c, "request slots exhausted");
         };
         if !credited {
@@ -815,7 +833,13 @@ impl Target {
                 let peer = self.channels[c].as_ref().expect("present").peer.clone();
                 self.diag("malformed-iu", || format!("SRP_CMD (tag {tag:#x}) from {peer}: {e}"));
                 self.channels[c].as_mut().expect("present").slots[index] = Slot::Answering;
-                return self.answer(c, index, tag, Answer::check_condition(SenseData::INVALID_FIELD_IN_CDB), true);
+                return self.answer(
+                    c,
+                    index,
+                    tag,
+                    Answer::check_condition(SenseData::INVALID_FIELD_IN_CDB),
+                    true,
+                );
             }
         };
         let lun = decode_lun(cmd.lun);
@@ -838,7 +862,11 @@ impl Target {
             Ok((descriptors, descriptor_len, immediate, transfer_len)) => {
                 let channel = self.channels[c].as_mut().expect("present");
                 let needs_buffer = transfer_len > 0 && immediate.is_none();
-                let stage = if needs_buffer { Stage::WaitingForBuffer } else { Stage::Ready };
+                let stage = if needs_buffer {
+                    Stage::WaitingForBuffer
+                } else {
+                    Stage::Ready
+                };
                 channel.slots[index] = Slot::Busy(Box::new(Request {
                     tag,
                     lun,
@@ -884,7 +912,9 @@ impl Target {
         let max_descriptors = self.config.max_descriptors;
         let malformed = |target: &mut Self, why: String| {
             target.counters.malformed_ius += 1;
-            target.diag("malformed-iu", || format!("SRP_CMD (tag {:#x}) from {peer}: {why}", cmd.tag));
+            target.diag("malformed-iu", || {
+                format!("SRP_CMD (tag {:#x}) from {peer}: {why}", cmd.tag)
+            });
             Answer::check_condition(SenseData::INVALID_FIELD_IN_CDB)
         };
         if cmd.data_out != DataDescriptor::None && cmd.data_in != DataDescriptor::None {
@@ -898,7 +928,10 @@ impl Target {
         if *other != DataDescriptor::None {
             return Err(malformed(
                 self,
-                format!("a {:?} descriptor for the direction the CDB does not move", other.format()),
+                format!(
+                    "a {:?} descriptor for the direction the CDB does not move",
+                    other.format()
+                ),
             ));
         }
         let (descriptors, immediate): (Vec<DirectDescriptor>, Option<Vec<u8>>) = match descriptor {
@@ -911,7 +944,10 @@ impl Target {
                     return Err(malformed(self, "an external descriptor table is not served".into()));
                 }
                 if list.len() > max_descriptors {
-                    return Err(malformed(self, format!("{} descriptors (at most {max_descriptors})", list.len())));
+                    return Err(malformed(
+                        self,
+                        format!("{} descriptors (at most {max_descriptors})", list.len()),
+                    ));
                 }
                 let sum: u64 = list.iter().map(|d| u64::from(d.len)).sum();
                 if sum != u64::from(*total_len) {
@@ -951,7 +987,10 @@ impl Target {
             }
         };
         if transfer_len > self.channels[c].as_ref().expect("present").pool.capacity() {
-            return Err(malformed(self, format!("{transfer_len} bytes exceed the channel's data buffers")));
+            return Err(malformed(
+                self,
+                format!("{transfer_len} bytes exceed the channel's data buffers"),
+            ));
         }
         let immediate = immediate.map(|mut data| {
             data.truncate(transfer_len as usize);
@@ -1318,7 +1357,8 @@ impl Target {
         if channel.state != ChannelState::Live {
             return;
         }
-        let index = channel.slots.len() + T_LOGOUT_SLOT_EXTRA;
+        // The send slot past the request slots.
+        let index = channel.slots.len();
         let bytes = IuRepr::TLogout(TLogoutRepr {
             sol_not: 0,
             reason,
@@ -1418,9 +1458,15 @@ mod tests {
         let d = |va, len| DirectDescriptor { va, key: 1, len };
         let list = [d(0x1000, 512), d(0x8000, 1024), d(0x2000, 512)];
         let plan = read_plan(&list, 2048);
-        assert_eq!(plan.iter().map(|p| (p.0, p.2)).collect::<Vec<_>>(), [(0, 512), (512, 1024), (1536, 512)]);
+        assert_eq!(
+            plan.iter().map(|p| (p.0, p.2)).collect::<Vec<_>>(),
+            [(0, 512), (512, 1024), (1536, 512)]
+        );
         let short = read_plan(&list, 1000);
-        assert_eq!(short.iter().map(|p| (p.0, p.2)).collect::<Vec<_>>(), [(0, 512), (512, 488)]);
+        assert_eq!(
+            short.iter().map(|p| (p.0, p.2)).collect::<Vec<_>>(),
+            [(0, 512), (512, 488)]
+        );
         assert!(read_plan(&list, 0).is_empty());
     }
 

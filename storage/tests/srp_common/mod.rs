@@ -94,13 +94,7 @@ impl Rig {
             );
             devices.push(device);
         }
-        let target = Target::new(
-            context,
-            listener,
-            config.target,
-            luns,
-        )
-        .unwrap();
+        let target = Target::new(context, listener, config.target, luns).unwrap();
         Self {
             fabric,
             cm,
@@ -139,12 +133,7 @@ impl Rig {
         } else {
             Box::new(self.cm.connector())
         };
-        Initiator::login(
-            context,
-            connector,
-            Box::new(self.reactor()),
-            config,
-        )
+        Initiator::login(context, connector, Box::new(self.reactor()), config)
     }
 
     /// Steps the target and lets virtual time pass for `nanoseconds`.

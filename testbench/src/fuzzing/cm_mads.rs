@@ -25,8 +25,12 @@ pub fn run(data: &[u8]) {
 }
 
 fn cma_header(bytes: &[u8]) {
-    let Ok(packet) = cma::Packet::new_checked(bytes) else { return };
-    let Ok(header) = CmaHeaderRepr::parse(&packet) else { return };
+    let Ok(packet) = cma::Packet::new_checked(bytes) else {
+        return;
+    };
+    let Ok(header) = CmaHeaderRepr::parse(&packet) else {
+        return;
+    };
     // A header whose two addresses are of different families cannot be emitted as one.
     if header.source.is_ipv4() != header.destination.is_ipv4() {
         return;

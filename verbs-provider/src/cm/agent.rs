@@ -373,6 +373,12 @@ impl GsiAgent {
         })
     }
 
+    /// MADs handed to [`GsiAgent::send`] whose send has not completed yet (posted to QP1
+    /// or waiting in the backlog).
+    pub fn sends_in_flight(&self) -> usize {
+        (self.send_slots as usize).saturating_sub(self.free_send_slots.len()) + self.backlog.len()
+    }
+
     /// Sends a MAD to `peer`'s QP1 (queued while every send buffer is in flight).
     pub fn send(&mut self, mad: &[u8; MAD_LEN], peer: MadPeer) {
         if self.backlog.len() >= SEND_BACKLOG {

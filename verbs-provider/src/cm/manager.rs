@@ -241,6 +241,34 @@ impl ConnectionManager {
             .map(|slot| slot.agent.counters)
     }
 
+    /// Waits until every MAD the connection manager sent has left QP1 (its send
+    /// completed), at most `limit` of wall time. A process that ends right after
+    /// destroying its ids calls it so that the DREQ, DREP or REJ they sent reaches the
+    /// wire: Linux's MAD layer, in the kernel, outlives the process; ours does not.
+    /// Returns whether nothing is in flight any more.
+    pub fn wait_sent(&self, limit: Duration) -> bool {
+        let end = std::time::Instant::now() + limit;
+        loop {
+            self.shared.progress();
+            let in_flight: usize = {
+                let core = self.shared.lock();
+                core.devices
+                    .iter()
+                    .flatten()
+                    .map(|slot| slot.agent.sends_in_flight())
+                    .sum()
+            };
+            if in_flight == 0 {
+                return true;
+            }
+            if std::time::Instant::now() >= end {
+                return false;
+            }
+            let now = self.shared.now_ns();
+            self.shared.wait_until(now + 1_000_000);
+        }
+    }
+
     /// Live ids (destroyed ones are gone).
     pub fn ids(&self) -> usize {
         self.shared.lock().ids.len()

@@ -40,8 +40,15 @@ use queue::{HostBuffer, HostQueue, Outstanding, Owner};
 
 pub use crate::nvmeof::target::DISCOVERY_NQN;
 
-/// Longest wait for the target to acknowledge a disconnect, ns.
-const DISCONNECT_WAIT_NS: u64 = 500_000_000;
+/// Longest wait for the target to acknowledge a disconnect, ns: long enough for the CM
+/// to send a lost DREQ again.
+const DISCONNECT_WAIT_NS: u64 = 5_000_000_000;
+/// New attempts at a queue refused as a stale connection, or whose connection got no
+/// answer within `connect_timeout_ns` (a lost REQ or REP: the CM would repeat it only
+/// after its response timeout, about 4 s, past Linux's 3 s budget that we keep).
+const CONNECT_RETRIES: u32 = 3;
+/// Pause before such an attempt, ns.
+const CONNECT_RETRY_DELAY_NS: u64 = 200_000_000;
 
 const DIAG_STRAY_RESPONSE: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "stray response");
 const DIAG_INVALIDATION: rnic_diag::Kind = rnic_diag::Kind::new("nvmf-host", "key not invalidated");
@@ -510,6 +517,28 @@ impl Host {
     }
 
     fn connect_queue(&mut self, qid: u16, entries: u16, cntlid: u16, in_capsule: usize) -> Result<HostQueue> {
+        // A peer holding a stale connection from our QP number (a previous process of ours
+        // on the same NIC, whose disconnect it did not see) cleans it up when it refuses
+        // us: try again with a new QP.
+        let mut attempt = 0;
+        loop {
+            match self.connect_queue_once(qid, entries, cntlid, in_capsule) {
+                Err(HostError::Connection(ConnectionError::Stale(_) | ConnectionError::TimedOut(_)))
+                    if attempt < CONNECT_RETRIES =>
+                {
+                    attempt += 1;
+                    let until = self.now() + CONNECT_RETRY_DELAY_NS;
+                    while self.now() < until {
+                        let work = self.poll_queues();
+                        self.reactor.idle(work > 0);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn connect_queue_once(&mut self, qid: u16, entries: u16, cntlid: u16, in_capsule: usize) -> Result<HostQueue> {
         let (qp, cq, commands, responses) = HostQueue::create(&self.context, &self.pd, entries, in_capsule)?;
         let advertised = self.config.advertised_queue_entries.unwrap_or(entries).max(1);
         let request = CmRequestRepr {
@@ -545,10 +574,7 @@ impl Host {
                 }
             }
             if self.now() > deadline {
-                return Err(HostError::TimedOut(format!(
-                    "connecting queue {qid} to {}",
-                    self.config.target
-                )));
+                return Err(ConnectionError::TimedOut(self.config.target).into());
             }
             self.reactor.idle(false);
         };

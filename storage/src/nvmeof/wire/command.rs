@@ -892,7 +892,11 @@ mod tests {
             key: 0,
             invalidate: false,
         };
-        assert_eq!(command.to_sqe(0, &sgl).cdw[..2], [0xFFFF_0002, 0xFFFF], "and emits back");
+        assert_eq!(
+            command.to_sqe(0, &sgl).cdw[..2],
+            [0xFFFF_0002, 0xFFFF],
+            "and emits back"
+        );
     }
 
     #[test]

@@ -175,13 +175,18 @@ impl DataDescriptor {
             DescriptorFormat::Direct => Ok((Self::Direct(DirectDescriptor::parse(bytes)?), DIRECT_LEN)),
             DescriptorFormat::Immediate => {
                 check_len("srp_imm_buf", IMMEDIATE_LEN, bytes.len())?;
-                Ok((Self::Immediate { len: be::u32(&bytes[..4]) }, IMMEDIATE_LEN))
+                Ok((
+                    Self::Immediate {
+                        len: be::u32(&bytes[..4]),
+                    },
+                    IMMEDIATE_LEN,
+                ))
             }
             DescriptorFormat::Indirect => {
                 let needed = INDIRECT_HEADER_LEN + DIRECT_LEN * usize::from(count);
                 check_len("srp_indirect_buf", needed, bytes.len())?;
                 let table = DirectDescriptor::parse(bytes)?;
-                if table.len as usize % DIRECT_LEN != 0 {
+                if !(table.len as usize).is_multiple_of(DIRECT_LEN) {
                     return Err(WireError::Malformed {
                         format: "srp_indirect_buf",
                         field: "table_desc.len",
@@ -193,14 +198,7 @@ impl DataDescriptor {
                     .chunks_exact(DIRECT_LEN)
                     .map(DirectDescriptor::parse)
                     .collect::<Result<Vec<_>, _>>()?;
-                Ok((
-                    Self::Indirect {
-                        table,
-                        total_len,
-                        list,
-                    },
-                    needed,
-                ))
+                Ok((Self::Indirect { table, total_len, list }, needed))
             }
         }
     }
@@ -214,11 +212,7 @@ impl DataDescriptor {
             Self::None => {}
             Self::Direct(d) => d.emit(out),
             Self::Immediate { len } => be::set_u32(&mut out[..4], *len),
-            Self::Indirect {
-                table,
-                total_len,
-                list,
-            } => {
+            Self::Indirect { table, total_len, list } => {
                 table.emit(out);
                 be::set_u32(&mut out[16..20], *total_len);
                 for (i, d) in list.iter().enumerate() {
@@ -257,11 +251,23 @@ mod tests {
     #[test]
     fn indirect_tables_round_trip_and_tell_external_ones() {
         let list = vec![
-            DirectDescriptor { va: 0x1000, key: 1, len: 512 },
-            DirectDescriptor { va: 0x3000, key: 1, len: 1024 },
+            DirectDescriptor {
+                va: 0x1000,
+                key: 1,
+                len: 512,
+            },
+            DirectDescriptor {
+                va: 0x3000,
+                key: 1,
+                len: 1024,
+            },
         ];
         let whole = DataDescriptor::Indirect {
-            table: DirectDescriptor { va: 0x9000, key: 2, len: 32 },
+            table: DirectDescriptor {
+                va: 0x9000,
+                key: 2,
+                len: 32,
+            },
             total_len: 1536,
             list: list.clone(),
         };
@@ -273,7 +279,11 @@ mod tests {
         assert!(!back.is_external());
         assert_eq!(back.count(), 2);
         let external = DataDescriptor::Indirect {
-            table: DirectDescriptor { va: 0x9000, key: 2, len: 48 },
+            table: DirectDescriptor {
+                va: 0x9000,
+                key: 2,
+                len: 48,
+            },
             total_len: 1536,
             list,
         };

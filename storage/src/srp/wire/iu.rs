@@ -229,8 +229,16 @@ impl RspRepr {
             });
         }
         let flags = bytes[18];
-        let sense_len = if flags & SNSVALID != 0 { be::u32(&bytes[28..32]) as usize } else { 0 };
-        let resp_len = if flags & RSPVALID != 0 { be::u32(&bytes[32..36]) as usize } else { 0 };
+        let sense_len = if flags & SNSVALID != 0 {
+            be::u32(&bytes[28..32]) as usize
+        } else {
+            0
+        };
+        let resp_len = if flags & RSPVALID != 0 {
+            be::u32(&bytes[32..36]) as usize
+        } else {
+            0
+        };
         let needed = RSP_HEADER_LEN.saturating_add(sense_len).saturating_add(resp_len);
         check_len("SRP_RSP", needed, bytes.len())?;
         let resp_end = RSP_HEADER_LEN + resp_len;
@@ -490,7 +498,9 @@ impl IuRepr {
             opcode::TSK_MGMT => Self::TskMgmt(TskMgmtRepr::parse(bytes)?),
             opcode::I_LOGOUT => {
                 short("SRP_I_LOGOUT")?;
-                Self::ILogout { tag: be::u64(&bytes[8..16]) }
+                Self::ILogout {
+                    tag: be::u64(&bytes[8..16]),
+                }
             }
             opcode::T_LOGOUT => {
                 short("SRP_T_LOGOUT")?;
@@ -510,16 +520,14 @@ impl IuRepr {
             }
             opcode::CRED_RSP => {
                 short("SRP_CRED_RSP")?;
-                Self::CredRsp { tag: be::u64(&bytes[8..16]) }
+                Self::CredRsp {
+                    tag: be::u64(&bytes[8..16]),
+                }
             }
             opcode::AER_REQ => {
                 check_len("SRP_AER_REQ", AER_REQ_HEADER_LEN, bytes.len())?;
                 let sense_len = be::u32(&bytes[28..32]) as usize;
-                check_len(
-                    "SRP_AER_REQ",
-                    AER_REQ_HEADER_LEN.saturating_add(sense_len),
-                    bytes.len(),
-                )?;
+                check_len("SRP_AER_REQ", AER_REQ_HEADER_LEN.saturating_add(sense_len), bytes.len())?;
                 Self::AerReq(AerReqRepr {
                     sol_not: bytes[1],
                     req_lim_delta: be::u32(&bytes[4..8]),
@@ -530,7 +538,9 @@ impl IuRepr {
             }
             opcode::AER_RSP => {
                 short("SRP_AER_RSP")?;
-                Self::AerRsp { tag: be::u64(&bytes[8..16]) }
+                Self::AerRsp {
+                    tag: be::u64(&bytes[8..16]),
+                }
             }
             other => {
                 return Err(WireError::Malformed {

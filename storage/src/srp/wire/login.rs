@@ -577,7 +577,10 @@ mod tests {
             ));
         }
         let full = linux_login().to_bytes();
-        assert!(matches!(LoginReqRepr::parse(&full[..63]), Err(WireError::Truncated { .. })));
+        assert!(matches!(
+            LoginReqRepr::parse(&full[..63]),
+            Err(WireError::Truncated { .. })
+        ));
         assert!(LoginRspRepr::parse(&[0xC0; 51]).is_err());
         assert!(LoginRejRepr::parse(&[0xC2; 31]).is_err());
         let mut bad = COMPACT;

@@ -23,8 +23,7 @@ pub use iu::{
     TskMgmtRepr,
 };
 pub use login::{
-    parse_compact_login_request, parse_login_request, LoginRejReason, LoginRejRepr, LoginReqRepr, LoginRspRepr,
-    PortId,
+    parse_compact_login_request, parse_login_request, LoginRejReason, LoginRejRepr, LoginReqRepr, LoginRspRepr, PortId,
 };
 
 /// IU opcodes (byte 0).
@@ -252,7 +251,11 @@ mod tests {
         assert_eq!(opcode::name(iu.opcode()), "SRP_I_LOGOUT");
         assert!(matches!(
             Iu::new_checked(&bytes[..15]),
-            Err(WireError::Truncated { needed: 16, available: 15, .. })
+            Err(WireError::Truncated {
+                needed: 16,
+                available: 15,
+                ..
+            })
         ));
     }
 }

@@ -149,8 +149,10 @@ impl NeighbourResolver for UdpNeighbours {
     }
 }
 
+/// The process's connection manager, made on first use.
+static STATE: Mutex<Option<Arc<CmState>>> = Mutex::new(None);
+
 fn state() -> Result<Arc<CmState>, (i32, String)> {
-    static STATE: Mutex<Option<Arc<CmState>>> = Mutex::new(None);
     let mut slot = STATE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(state) = slot.as_ref() {
         return Ok(state.clone());
@@ -193,7 +195,74 @@ fn state() -> Result<Arc<CmState>, (i32, String)> {
         ids: Mutex::new(HashMap::new()),
     });
     *slot = Some(state.clone());
+    register_exit_handler();
     Ok(state)
+}
+
+/// The process that made the connection manager (a forked child inherits the exit handler
+/// but none of our threads, and must not speak for its parent's connections).
+static CM_PROCESS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// At `exit`, the kernel would close the process's rdma_cm descriptor and destroy every id
+/// still open (Linux's `ucma_close`): a live connection gets its DREQ, one the peer asked
+/// to end its DREP, a pending request its REJ. Our connection manager lives in the
+/// process, so an exit handler does the same and waits (bounded) until those MADs have
+/// left, since the progress threads end with the process.
+fn register_exit_handler() {
+    extern "C" fn at_exit() {
+        if CM_PROCESS.load(std::sync::atomic::Ordering::Acquire) != std::process::id() {
+            return;
+        }
+        let Some(state) = STATE.try_lock().ok().and_then(|slot| slot.clone()) else {
+            return;
+        };
+        // On a thread of its own: the exiting thread's thread-locals (which tracing
+        // uses) are already gone when exit handlers run.
+        let work = std::thread::Builder::new().name("rnic-cm-exit".into()).spawn(move || {
+            let live = destroy_ids(&state, |_| true);
+            if live > 0 && !state.cm.wait_sent(EXIT_FLUSH_LIMIT) {
+                diag!("exit: the connection manager's last MADs did not leave within {EXIT_FLUSH_LIMIT:?}");
+            }
+        });
+        if let Ok(work) = work {
+            let _ = work.join();
+        }
+    }
+    if CM_PROCESS.swap(std::process::id(), std::sync::atomic::Ordering::AcqRel) == 0 {
+        // SAFETY: registers a function of this library; glibc runs it at exit, or when
+        // the library is unloaded (atexit from a shared object is tied to it).
+        unsafe { libc::atexit(at_exit) };
+    }
+}
+
+/// How long an exiting process waits for its last MADs (DREQ, DREP, REJ) to leave.
+const EXIT_FLUSH_LIMIT: Duration = Duration::from_millis(500);
+
+/// Destroys the connection manager's side of every listed id `which` selects (what
+/// Linux's `cm_destroy_id` sends in its state goes out), leaving the C structs to the
+/// application, which may still pass them to `rdma_destroy_id`. Returns how many.
+fn destroy_ids(state: &CmState, which: impl Fn(&Id) -> bool) -> usize {
+    let pointers: Vec<usize> = state
+        .ids
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .copied()
+        .collect();
+    let mut destroyed = 0;
+    for pointer in pointers {
+        // SAFETY: listed ids are live (rdma_destroy_id unlists before it frees).
+        let id = unsafe { &mut *(pointer as *mut Id) };
+        if !which(id) {
+            continue;
+        }
+        forget(state, id);
+        id.orphaned = true;
+        if id.id.destroy().is_ok() {
+            destroyed += 1;
+        }
+    }
+    destroyed
 }
 
 /// Our event channel: the C struct first.
@@ -215,6 +284,8 @@ struct Id {
     /// CQs and channels we made for `rdma_create_qp` without CQs, destroyed with the id.
     own_cqs: bool,
     own_pd: bool,
+    /// Its event channel was destroyed, and with it the connection manager's id.
+    orphaned: bool,
 }
 
 /// Our event: the C struct first, then what its pointers point into.
@@ -360,6 +431,7 @@ fn wrap_id(state: &CmState, id: CmId, channel: *mut Channel, context: *mut c_voi
         sync_channel: None,
         own_cqs: false,
         own_pd: false,
+        orphaned: false,
     }));
     state
         .ids
@@ -529,16 +601,29 @@ pub extern "C" fn rnic_rdma_create_event_channel() -> *mut rdma_event_channel {
     })
 }
 
-/// `rdma_destroy_event_channel`.
+/// `rdma_destroy_event_channel`. librdmacm closes the channel's descriptor, and Linux
+/// then destroys every id still on it (`ucma_close`, as `rdma_destroy_id` would): a
+/// connection the peer asked to end gets its DREP, a live one its DREQ, a pending request
+/// its REJ. So here. qperf's server relies on it: it never destroys its connection's id,
+/// only the listener and the channel, and its client waits for the DREP.
 ///
 /// # Safety
-/// A channel of this library with no ids left.
+/// A channel of this library.
 #[no_mangle]
 pub unsafe extern "C" fn rnic_rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
-    if !channel.is_null() {
-        // SAFETY: allocated by Box in new_channel.
-        drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
+    if channel.is_null() {
+        return;
     }
+    guard("rdma_destroy_event_channel", (), || {
+        if let Some(state) = STATE.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            let left = destroy_ids(&state, |id| id.sync_channel.is_none() && id.base.channel == channel);
+            if left > 0 {
+                tracing::debug!(target: "rnic::cm", left, "event channel destroyed with ids on it: destroyed them");
+            }
+        }
+    });
+    // SAFETY: allocated by Box in new_channel.
+    drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
 }
 
 /// `rdma_create_id`.
@@ -637,7 +722,13 @@ pub unsafe extern "C" fn rnic_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         };
         // SAFETY: ours.
         unsafe { release_qp_resources(ours) };
-        let result = ours.id.destroy();
+        let result = if ours.orphaned {
+            Err(rnic_verbs::cm::CmError::InvalidArgument(
+                "its event channel was destroyed (and the id with it)".into(),
+            ))
+        } else {
+            ours.id.destroy()
+        };
         forget(&state, ours);
         if ours.own_pd && !ours.base.pd.is_null() {
             // SAFETY: the PD we allocated for this id.

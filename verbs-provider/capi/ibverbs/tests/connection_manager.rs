@@ -127,6 +127,93 @@ fn rdma_server_and_rdma_client_use_the_synchronous_endpoint_api() {
     );
 }
 
+/// qperf's server never destroys its connection's id, only the listener and the event
+/// channel, then exits; its client waits for DISCONNECTED after its `rdma_disconnect`.
+/// Linux destroys the ids left on a closed channel (the DREP goes out), and so do we.
+#[test]
+fn qperf_cm_runs_its_rc_tests_one_connection_after_another() {
+    if !require("qperf") {
+        return;
+    }
+    let _turn = common::take_turn();
+    let (server_ip, client_ip, port) = ("127.0.4.31", "127.0.4.32", "19530");
+    // The server forks a worker per test and listens for ever: it is stopped below.
+    let server = spawn_group("qperf", &["--listen_port", port], server_ip);
+    common::wait_for_listener(port.parse().expect("port"), Duration::from_secs(30));
+    let tests = ["rc_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"];
+    let mut args = vec![
+        "--listen_port",
+        port,
+        "--time",
+        "1",
+        "--timeout",
+        "30",
+        "-cm1",
+        server_ip,
+    ];
+    args.extend(tests);
+    let client = spawn_group("qperf", &args, client_ip);
+    let client = client.wait(Duration::from_secs(120));
+    let server_pid = server.id();
+    kill_group(server_pid);
+    let server = server.wait(Duration::from_secs(10));
+    let stdout = String::from_utf8_lossy(&client.stdout).into_owned();
+    let report = format!(
+        "qperf -cm1 ({})\n--- client stdout\n{stdout}\n--- client stderr\n{}\n--- server stderr\n{}",
+        client.status,
+        String::from_utf8_lossy(&client.stderr),
+        String::from_utf8_lossy(&server.stderr),
+    );
+    assert!(client.status.success(), "{report}");
+    for test in tests {
+        assert!(stdout.contains(&format!("{test}:")), "{test} missing: {report}");
+    }
+    // Three bandwidths and one latency, each a positive figure.
+    let figures: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(_, v)| v.trim()))
+        .filter_map(|v| v.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(figures.len() == 4 && figures.iter().all(|f| *f > 0.0), "{report}");
+}
+
+/// A server that exits with its connection up: Linux destroys the process's ids and sends
+/// the DREQ, so the client sees DISCONNECTED (tests/c/cm_exit.c).
+#[test]
+fn a_process_that_exits_with_a_connection_up_disconnects_it() {
+    if !require("gcc") {
+        return;
+    }
+    if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        if std::env::var_os("RNIC_SKIP_RDMA_APPS").is_some() {
+            return;
+        }
+        panic!("librdmacm-dev is not installed (scripts/test installs it, as root)");
+    }
+    let source = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_exit.c");
+    let binary = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rnic-cm-exit");
+    let output = std::process::Command::new("gcc")
+        .args(["-Wall", "-Werror", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .expect("run gcc");
+    assert!(
+        output.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let program = binary.to_str().expect("path");
+    let result = run(program, &["server", "SRV", "19531"], &["client", "SRV", "19531"], 17);
+    result.assert_success("cm_exit");
+    let client = result.client_stdout();
+    assert!(
+        client.contains("RDMA_CM_EVENT_DISCONNECTED (status 0)") && client.contains("client done"),
+        "{client}"
+    );
+}
+
 fn perftest_cm(program: &str, pair: u8) {
     if !require(program) {
         return;
