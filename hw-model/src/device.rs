@@ -23,12 +23,12 @@ use crate::memory::{HostMemory, MemoryError};
 use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
 use crate::mtt::{DmaFault, Mtr, MttError, TranslationCache};
 use crate::pci::{BarDescriptor, ConfigSpace};
+use crate::port::PortAddresses;
 use crate::probe::{DoorbellTarget, Observer, Port, Probes, Transaction};
 use crate::qp::{DoorbellOutcome, QueuePairs, WorkQueue};
 use crate::srq::{SharedReceiveQueues, SrqWqe};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
-use crate::transport::path::PortAddresses;
 use crate::transport::{Timer as TransportTimer, Transport, TransportCounters};
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{Cqc, Eqc, Mpt, QpState, Qpc, Srqc};
@@ -60,7 +60,7 @@ macro_rules! firmware_wiring {
             eqs: &mut $device.eqs,
             cqs: &mut $device.cqs,
             mpt: &mut $device.mpt,
-            addresses: &mut $device.transport.addresses,
+            addresses: &mut $device.port,
             registers: &mut $device.registers,
         }
     };
@@ -73,6 +73,7 @@ macro_rules! transport_wiring {
             qp: qp_wiring!($device),
             mpt: &mut $device.mpt,
             qps: &mut $device.qps,
+            port: &$device.port,
         }
     };
 }
@@ -155,8 +156,10 @@ pub struct Device {
     /// The context tables, their write-back QPC/CQC cache and the recorded QP progress.
     pub(crate) contexts: Contexts,
     pub(crate) eqs: EventQueues,
-    /// The RoCEv2 transport engines and the port.
+    /// The RoCEv2 transport engines and the port's transmit and receive pipelines.
     pub(crate) transport: Transport,
+    /// The port's address tables (GID and source-MAC tables).
+    pub(crate) port: PortAddresses,
     /// The timing model: parameters, caches, per-stage totals.
     pub(crate) timing: TimingModel,
     /// The doorbell decoder (BAR2).
@@ -217,7 +220,8 @@ impl Device {
             firmware: Firmware::new(&config),
             contexts: Contexts::new(&config),
             eqs,
-            transport: Transport::new(&config.caps, config.mac_address),
+            transport: Transport::new(&config.caps),
+            port: PortAddresses::new(config.caps.max_gids as usize, config.mac_address),
             timing: TimingModel::new(config.timing),
             doorbells: Doorbells::new(pages),
             diagnostics: DiagnosticLog::default(),
@@ -248,6 +252,7 @@ impl Device {
             contexts: self.contexts.clone(),
             eqs: self.eqs.fork(interrupts),
             transport: self.transport.clone(),
+            port: self.port.clone(),
             timing: self.timing.clone(),
             doorbells: self.doorbells.clone(),
             diagnostics: self.diagnostics.clone(),
@@ -635,7 +640,8 @@ impl Device {
         self.mpt.forget();
         self.translations.clear();
         self.eqs.reset();
-        self.transport = Transport::new(&self.config.caps, self.config.mac_address);
+        self.transport = Transport::new(&self.config.caps);
+        self.port = PortAddresses::new(self.config.caps.max_gids as usize, self.config.mac_address);
         self.timing = TimingModel::new(self.config.timing);
         self.registers = ControlRegisters {
             resetting: true,
@@ -1007,12 +1013,12 @@ impl Device {
 
     /// The GID table as configured by the driver.
     pub fn gid_table(&self) -> &[Option<GidTableEntry>] {
-        &self.transport.addresses.gids
+        self.port.gids()
     }
 
     /// The source-MAC table.
     pub fn smac_table(&self) -> &[Option<[u8; 6]>] {
-        &self.transport.addresses.smacs
+        self.port.smacs()
     }
 }
 
@@ -1335,12 +1341,18 @@ struct TransportWiring<'a> {
     qp: QpWiring<'a>,
     mpt: &'a mut MemoryProtection,
     qps: &'a mut QueuePairs,
+    port: &'a PortAddresses,
 }
 
 impl crate::transport::Io for TransportWiring<'_> {
     #[inline]
     fn now(&self) -> Picoseconds {
         self.qp.objects.services.scheduler.now()
+    }
+
+    #[inline]
+    fn port(&self) -> &PortAddresses {
+        self.port
     }
 
     #[inline]

@@ -261,8 +261,8 @@ impl Firmware {
                 a.set_mpt_bt_count(slots.mpt);
                 a.set_eqc_bt_count(slots.eqc);
                 let mut b = FunctionResourcesB::zeroed();
-                b.set_smac_count(io.addresses().smacs.len() as u16);
-                b.set_sgid_count(io.addresses().gids.len() as u16);
+                b.set_smac_count(io.addresses().smacs().len() as u16);
+                b.set_sgid_count(io.addresses().gids().len() as u16);
                 b.set_qid_count(8);
                 chain[0].data_mut().copy_from_slice(a.bytes());
                 chain[1].data_mut().copy_from_slice(b.bytes());
@@ -343,8 +343,8 @@ impl Firmware {
     fn command_gid(&mut self, io: &mut impl Io, descriptor: &mut Descriptor, read: bool) -> ReturnCode {
         let request = GidEntry::parse(descriptor.data()).expect("fixed size");
         let index = request.index() as usize;
-        if index >= io.addresses().gids.len() {
-            let len = io.addresses().gids.len();
+        let len = io.addresses().gids().len();
+        if index >= len {
             io.diagnose(
                 Source::CommandQueue,
                 "CFG_SGID_TB",
@@ -356,7 +356,7 @@ impl Firmware {
         }
         if read {
             let mut response = request;
-            if let Some(entry) = io.addresses().gids[index] {
+            if let Some(entry) = io.addresses().gids()[index] {
                 response.set_gid(entry.gid);
                 response.set_gid_type(entry.gid_type as u8);
             }
@@ -379,15 +379,17 @@ impl Firmware {
             }
         };
         let gid = request.gid();
-        io.addresses().gids[index] = (gid != [0; 16]).then_some(GidTableEntry { gid, gid_type });
+        let entry = (gid != [0; 16]).then_some(GidTableEntry { gid, gid_type });
+        let written = io.addresses().set_gid(index, entry);
+        debug_assert!(written, "the index was checked against the table length");
         ReturnCode::Success
     }
 
     fn command_smac(&mut self, io: &mut impl Io, descriptor: &mut Descriptor, read: bool) -> ReturnCode {
         let request = SmacEntry::parse(descriptor.data()).expect("fixed size");
         let index = request.index() as usize;
-        if index >= io.addresses().smacs.len() {
-            let len = io.addresses().smacs.len();
+        let len = io.addresses().smacs().len();
+        if index >= len {
             io.diagnose(
                 Source::CommandQueue,
                 "CFG_SMAC_TB",
@@ -399,7 +401,7 @@ impl Firmware {
         }
         if read {
             let mut response = request;
-            response.set_mac(io.addresses().smacs[index].unwrap_or_default());
+            response.set_mac(io.addresses().smacs()[index].unwrap_or_default());
             descriptor.data_mut().copy_from_slice(response.bytes());
             return ReturnCode::Success;
         }
@@ -414,7 +416,8 @@ impl Firmware {
             );
             return ReturnCode::ParameterError;
         }
-        io.addresses().smacs[index] = Some(mac);
+        let written = io.addresses().set_smac(index, mac);
+        debug_assert!(written, "the index was checked against the table length");
         ReturnCode::Success
     }
 

@@ -19,7 +19,7 @@ mod cmdq;
 mod mailbox;
 
 pub use crate::command::Rejection;
-pub use crate::transport::path::GidTableEntry;
+pub use crate::port::GidTableEntry;
 
 use std::collections::VecDeque;
 
@@ -82,7 +82,7 @@ pub(crate) trait Io {
     /// To the event block: a mailbox-completion AEQE.
     fn mailbox_event(&mut self, token: u16, status: u8, out_param: u64);
     /// The port's address tables (CFG_SGID_TB, CFG_SMAC_TB).
-    fn addresses(&mut self) -> &mut crate::transport::path::PortAddresses;
+    fn addresses(&mut self) -> &mut crate::port::PortAddresses;
 }
 
 /// The firmware's timers.

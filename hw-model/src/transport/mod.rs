@@ -63,6 +63,7 @@ use crate::hem::{QpcProgress, SqProgress};
 use crate::memory::MemoryError;
 use crate::mpt::{MrAccess, MrAccessError, MrTranslation};
 use crate::mtt::{DmaFault, Mtr};
+use crate::port::PortAddresses;
 use crate::qp::Transition;
 use crate::srq::SrqWqe;
 use crate::time::Picoseconds;
@@ -79,6 +80,8 @@ pub(crate) trait Io {
     fn schedule_at(&mut self, at: Picoseconds, timer: Timer);
     /// Runs `timer` after `delay`.
     fn schedule_in(&mut self, delay: Picoseconds, timer: Timer);
+    /// The port's address tables (source GID and MAC of a packet, local addresses).
+    fn port(&self) -> &PortAddresses;
     /// Records a diagnostic.
     fn diagnose(
         &mut self,
@@ -342,16 +345,13 @@ pub(crate) struct Transport {
     /// Source of timer generations (never reused, so a stale timer is always ignored).
     pub generation: u64,
     pub counters: TransportCounters,
-    /// The port's GID and source-MAC tables.
-    pub addresses: path::PortAddresses,
     /// The capabilities the WQE checks use (SGE and inline limits).
     pub caps: rnic_firmware_if::caps::DeviceCaps,
 }
 
 impl Transport {
-    /// The transport of a device with `caps` after power-on or function reset: no QP,
-    /// empty GID and SMAC tables (SMAC 0 is `mac`).
-    pub fn new(caps: &rnic_firmware_if::caps::DeviceCaps, mac: [u8; 6]) -> Self {
+    /// The transport of a device with `caps` after power-on or function reset: no QP.
+    pub fn new(caps: &rnic_firmware_if::caps::DeviceCaps) -> Self {
         Self {
             qps: BTreeMap::new(),
             active: VecDeque::with_capacity(64),
@@ -367,7 +367,6 @@ impl Transport {
             ipv4_identification: 0,
             generation: 0,
             counters: TransportCounters::default(),
-            addresses: path::PortAddresses::new(caps.max_gids as usize, mac),
             caps: *caps,
         }
     }

@@ -11,7 +11,6 @@
 //! * UDP source port: QPC/WQE `UDPSPN` when non-zero, else
 //!   [`wire::udp_source_port`] of the flow label and the QPNs.
 
-use rnic_firmware_if::cmdq::GidType;
 use rnic_firmware_if::context::Qpc;
 
 use crate::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, RoceRepr, VlanTag};
@@ -25,41 +24,6 @@ const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86DD;
 /// VLAN ID meaning "untagged" in the QPC.
 const NO_VLAN: u16 = 0xFFF;
-
-/// One GID table entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GidTableEntry {
-    /// GID bytes in network order.
-    pub gid: [u8; 16],
-    /// GID type.
-    pub gid_type: GidType,
-}
-
-/// The port's address tables, as the driver configures them through the firmware
-/// (CFG_SGID_TB, CFG_SMAC_TB): the GID table and the source-MAC table, whose entry 0 is
-/// the port's own MAC address until the driver says otherwise.
-#[derive(Debug, Clone)]
-pub(crate) struct PortAddresses {
-    /// GID table.
-    pub gids: Vec<Option<GidTableEntry>>,
-    /// Source MAC table.
-    pub smacs: Vec<Option<[u8; 6]>>,
-    /// The port's MAC address (the SMAC of last resort).
-    pub mac: [u8; 6],
-}
-
-impl PortAddresses {
-    /// The tables after power-on: `entries` entries each, SMAC 0 = `mac`.
-    pub fn new(entries: usize, mac: [u8; 6]) -> Self {
-        let mut smacs = vec![None; entries.max(1)];
-        smacs[0] = Some(mac);
-        Self {
-            gids: vec![None; entries.max(1)],
-            smacs,
-            mac,
-        }
-    }
-}
 
 /// The address vector of an RC/UC QP as its QPC holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,22 +117,11 @@ impl<I: Io> Engine<'_, I> {
         remote_qpn: u32,
         bth: wire::BthRepr,
     ) -> Result<RoceRepr, PathError> {
-        let sgid = self
-            .transport
-            .addresses
-            .gids
-            .get(usize::from(path.sgid_index))
-            .copied()
-            .flatten()
-            .ok_or(PathError::NoSourceGid(path.sgid_index))?
-            .gid;
-        let smacs = &self.transport.addresses.smacs;
-        let smac = smac_index
-            .map(usize::from)
-            .or(Some(usize::from(path.sgid_index)))
-            .and_then(|i| smacs.get(i).copied().flatten())
-            .or_else(|| smacs.first().copied().flatten())
-            .unwrap_or(self.transport.addresses.mac);
+        let port = self.io.port();
+        let sgid = port
+            .source_gid(path.sgid_index)
+            .ok_or(PathError::NoSourceGid(path.sgid_index))?;
+        let smac = port.source_mac(smac_index, path.sgid_index);
         let vlan = (path.vlan_id < NO_VLAN).then_some(VlanTag {
             pcp: path.service_level & 7,
             dei: false,
@@ -218,17 +171,12 @@ impl<I: Io> Engine<'_, I> {
 
     /// Whether `mac` is one of this port's MAC addresses (SMAC table).
     pub(crate) fn is_local_mac(&self, mac: &[u8; 6]) -> bool {
-        self.transport.addresses.smacs.iter().flatten().any(|m| m == mac)
+        self.io.port().is_local_mac(mac)
     }
 
     /// Whether `gid` is one of this port's GIDs.
     pub(crate) fn is_local_gid(&self, gid: &[u8; 16]) -> bool {
-        self.transport
-            .addresses
-            .gids
-            .iter()
-            .flatten()
-            .any(|entry| entry.gid == *gid)
+        self.io.port().is_local_gid(gid)
     }
 }
 
