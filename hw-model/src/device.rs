@@ -323,7 +323,7 @@ impl Device {
             Event::Eq(timer) => {
                 self.eqs.coalesce_timer(&mut services!(self), timer);
             }
-            Event::Transport(timer) => self.transport.engine(&mut transport_wiring!(self)).timer(timer),
+            Event::Transport(timer) => self.transport.engine(transport_wiring!(self)).timer(timer),
         }
     }
 
@@ -882,7 +882,7 @@ impl Device {
                 from: transition.from,
                 to: transition.to,
             });
-        self.transport.engine(&mut transport_wiring!(self)).qp_modified(
+        self.transport.engine(transport_wiring!(self)).qp_modified(
             qpn,
             transition.from,
             transition.to,
@@ -908,11 +908,11 @@ impl Device {
             DoorbellOutcome::Flush { address, qpc } => self.qps.flush(&mut qp_wiring!(self), qpn, address, qpc),
             DoorbellOutcome::SendQueue(producer_index) => self
                 .transport
-                .engine(&mut transport_wiring!(self))
+                .engine(transport_wiring!(self))
                 .sq_doorbell(qpn, producer_index),
             DoorbellOutcome::ReceiveQueue(producer_index) => self
                 .transport
-                .engine(&mut transport_wiring!(self))
+                .engine(transport_wiring!(self))
                 .rq_doorbell(qpn, producer_index),
         }
     }
@@ -986,7 +986,7 @@ impl Device {
     pub fn receive_frame(&mut self, frame: &[u8]) {
         self.probes
             .observe(Port::Network, self.scheduler.now(), || Transaction::FrameIn(frame));
-        self.transport.engine(&mut transport_wiring!(self)).receive_frame(frame);
+        self.transport.engine(transport_wiring!(self)).receive_frame(frame);
     }
 
     /// [`receive_frame`](Self::receive_frame) of a frame in a buffer the device may keep:
@@ -996,7 +996,7 @@ impl Device {
         self.probes
             .observe(Port::Network, self.scheduler.now(), || Transaction::FrameIn(&frame));
         self.transport
-            .engine(&mut transport_wiring!(self))
+            .engine(transport_wiring!(self))
             .receive_frame_owned(frame)
     }
 
