@@ -11,7 +11,7 @@
 //! `rnic-bench` binary may be missing or stale when only this package is tested; the test
 //! executable itself is always present and current.
 //!
-//! Loopback addresses 127.0.0.41–46: net_udp.rs binds 127.0.0.1/.2, and test binaries
+//! Loopback addresses 127.0.0.41–48: net_udp.rs binds 127.0.0.1/.2, and test binaries
 //! run in parallel under nextest.
 
 mod common;
@@ -151,6 +151,42 @@ fn rc_queue_pairs_connected_through_the_cm_between_two_emulator_processes() {
             assert_eq!(json["cm"], true, "{json}");
             // REQ, RTU, DREQ per QP from the client; REP, DREP from the server.
             assert!(json["cm_mads"].as_u64().unwrap() >= 2 * QPS as u64, "{json}");
+        }
+    }
+    drop((a, b));
+}
+
+#[test]
+fn perftest_r_protocol_between_two_emulator_processes() {
+    // rnic-bench --peer perftest --cm on both ends: the exchange over an rdma_cm RC
+    // connection (binary key messages), the test's connections made after its first sync
+    // (RC; UD by SIDR), disconnected at the end. The same code pairs with perftest -R on
+    // Linux in scripts/rxe-interop (the *_cm cases).
+    let a = Emulator::start(47);
+    let b = Emulator::start(48);
+    for (operation, size, transport) in [
+        ("write", 5000, "perftest-cm"),
+        ("read", 5000, "perftest-cm"),
+        ("send", 5000, "perftest-cm"),
+        ("send", 1000, "perftest-cm-ud"),
+    ] {
+        let port = free_port();
+        let server_side = format!("{transport},127.0.0.47,{}", mac(47));
+        let client_side = format!("{transport},127.0.0.48,{}", mac(48));
+        let server = bench_on("server", port, &b, operation, size, 32, &server_side);
+        let client = bench_on("client", port, &a, operation, size, 32, &client_side);
+        let (client_ok, client_out) = client.finish(Duration::from_secs(60));
+        let (server_ok, server_out) = server.finish(Duration::from_secs(20));
+        assert!(
+            client_ok && server_ok,
+            "{transport} {operation}: client {client_out}\nserver {server_out}"
+        );
+        for out in [&client_out, &server_out] {
+            let json = common::process::report(out);
+            assert_eq!(json["messages_ok"], 32 * QPS as u64, "{json}");
+            assert_eq!(json["messages_failed"], 0, "{json}");
+            assert_eq!(json["cm"], true, "{json}");
+            assert!(json["cm_mads"].as_u64().unwrap() >= 2, "{json}");
         }
     }
     drop((a, b));

@@ -13,5 +13,6 @@ pub mod fuzzing;
 pub mod harness;
 pub mod pcap;
 pub mod perftest;
+mod perftest_cm;
 pub mod pingpong;
 pub mod remote;

@@ -76,6 +76,7 @@ use rnic_verbs::{
 };
 
 use crate::bench::{fill_pattern, BenchConfig, BenchReport, Operation};
+use crate::perftest_cm::CmLink;
 use crate::remote::{self, RcPath, RemoteError, GRH_BYTES, QKEY};
 
 /// A run of this many bytes still equal to the sentinel inside a slot perftest wrote means
@@ -105,6 +106,8 @@ pub const VERSION_LEN: usize = 16;
 pub const KEY_LEN_GID: usize = 108;
 /// Bytes of a QP key message without a GID (`KEY_MSG_SIZE`).
 pub const KEY_LEN: usize = 59;
+/// Bytes of a QP key message over rdma_cm (`-R`): `struct pingpong_dest` in binary.
+pub const KEY_LEN_BINARY: usize = 56;
 /// The closing word both sides write (with its NUL).
 pub const DONE: &[u8; 5] = b"done\0";
 /// Our cycle buffer (page size) and cache-line size announced in the system data.
@@ -199,6 +202,44 @@ impl KeyMessage {
         let mut bytes = text.into_bytes();
         bytes.resize(len, 0);
         bytes
+    }
+
+    /// The message as perftest's `rdma_write_keys` sends it over rdma_cm (`-R`): `struct
+    /// pingpong_dest` (x86-64 layout, [`KEY_LEN_BINARY`] bytes) with its integers
+    /// big-endian: LID, OUT_READS, QPN, PSN, RKEY (4 bytes each), 4 bytes of padding,
+    /// VADDR (8), the GID (16), SRQN, GID index (4 each).
+    pub fn encode_binary(&self, gid_index: u32) -> [u8; KEY_LEN_BINARY] {
+        let mut bytes = [0u8; KEY_LEN_BINARY];
+        bytes[0..4].copy_from_slice(&u32::from(self.lid).to_be_bytes());
+        bytes[4..8].copy_from_slice(&self.out_reads.to_be_bytes());
+        bytes[8..12].copy_from_slice(&self.qpn.to_be_bytes());
+        bytes[12..16].copy_from_slice(&self.psn.to_be_bytes());
+        bytes[16..20].copy_from_slice(&self.rkey.to_be_bytes());
+        bytes[24..32].copy_from_slice(&self.vaddr.to_be_bytes());
+        bytes[32..48].copy_from_slice(&self.gid.unwrap_or_default());
+        bytes[48..52].copy_from_slice(&self.srqn.to_be_bytes());
+        bytes[52..56].copy_from_slice(&gid_index.to_be_bytes());
+        bytes
+    }
+
+    /// The fields perftest's `rdma_read_keys` takes from a binary message (it leaves the
+    /// SRQ number and GID index alone, so they read as 0 here).
+    pub fn decode_binary(bytes: &[u8; KEY_LEN_BINARY]) -> Self {
+        let word = |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&bytes[32..48]);
+        let mut vaddr = [0u8; 8];
+        vaddr.copy_from_slice(&bytes[24..32]);
+        Self {
+            lid: word(0) as u16,
+            out_reads: word(4),
+            qpn: word(8),
+            psn: word(12),
+            rkey: word(16),
+            vaddr: u64::from_be_bytes(vaddr),
+            gid: Some(gid),
+            srqn: 0,
+        }
     }
 
     /// Parses a message of exactly [`KEY_LEN_GID`] (with GID) or [`KEY_LEN`] bytes.
@@ -456,10 +497,18 @@ pub struct PerftestConfig {
     pub peer_mac: Option<[u8; 6]>,
 }
 
-/// The TCP side of the exchange.
+/// The out-of-band exchange: perftest's TCP connection, or with `--cm` (perftest `-R`) an
+/// RC connection of its own made by the connection manager.
 pub struct Exchange {
-    stream: TcpStream,
+    link: Link,
     client: bool,
+}
+
+enum Link {
+    Tcp(TcpStream),
+    Cm(Box<CmLink>),
+    /// The rdma_cm connection after its disconnection.
+    Closed,
 }
 
 impl Exchange {
@@ -489,23 +538,67 @@ impl Exchange {
     pub fn new(stream: TcpStream, client: bool) -> Result<Self> {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(PROGRESS_TIMEOUT))?;
-        Ok(Self { stream, client })
+        Ok(Self {
+            link: Link::Tcp(stream),
+            client,
+        })
+    }
+
+    /// perftest `-R`: the exchange's connection through the connection manager on
+    /// `context` (the server listens on `ip`, or every address, at the role's port).
+    ///
+    /// # Errors
+    /// The connection manager could not connect or accept it.
+    pub fn over_cm(
+        context: &Context,
+        role: &remote::Role,
+        ip: Option<Ipv4Addr>,
+        peer_mac: Option<[u8; 6]>,
+    ) -> Result<Self> {
+        let client = matches!(role, remote::Role::Client { .. });
+        let link = CmLink::open(context, role, ip.map(std::net::IpAddr::V4), peer_mac)?;
+        Ok(Self {
+            link: Link::Cm(Box::new(link)),
+            client,
+        })
+    }
+
+    fn over_cm_link(&self) -> bool {
+        !matches!(self.link, Link::Tcp(_))
     }
 
     /// One `ctx_xchg_data`: the client writes then reads, the server reads then writes.
     fn swap<const N: usize>(&mut self, mine: &[u8]) -> Result<[u8; N]> {
         let mut theirs = [0u8; N];
-        if self.client {
-            self.stream.write_all(mine)?;
-            self.stream.read_exact(&mut theirs)?;
-        } else {
-            self.stream.read_exact(&mut theirs)?;
-            self.stream.write_all(mine)?;
+        match &mut self.link {
+            Link::Tcp(stream) => {
+                if self.client {
+                    stream.write_all(mine)?;
+                    stream.read_exact(&mut theirs)?;
+                } else {
+                    stream.read_exact(&mut theirs)?;
+                    stream.write_all(mine)?;
+                }
+            }
+            Link::Closed => return Err(PerftestError::Message("the exchange is closed".into())),
+            Link::Cm(link) => {
+                if self.client {
+                    link.send(mine)?;
+                    theirs.copy_from_slice(&link.recv(N)?);
+                } else {
+                    theirs.copy_from_slice(&link.recv(N)?);
+                    link.send(mine)?;
+                }
+            }
         }
         Ok(theirs)
     }
 
     fn swap_keys(&mut self, mine: &KeyMessage) -> Result<KeyMessage> {
+        if self.over_cm_link() {
+            let theirs: [u8; KEY_LEN_BINARY] = self.swap(&mine.encode_binary(0))?;
+            return Ok(KeyMessage::decode_binary(&theirs));
+        }
         let theirs: [u8; KEY_LEN_GID] = self.swap(&mine.encode())?;
         KeyMessage::decode(&theirs)
     }
@@ -559,13 +652,16 @@ impl Exchange {
     /// it sends is ignored. Two rnic-bench sides thus part at once; perftest closes when
     /// it exits.
     fn wait_for_close(&mut self, timeout: Duration) {
-        if let Err(error) = self.stream.shutdown(std::net::Shutdown::Write) {
+        let Link::Tcp(stream) = &mut self.link else {
+            return;
+        };
+        if let Err(error) = stream.shutdown(std::net::Shutdown::Write) {
             tracing::debug!(%error, "closing our direction");
         }
         let deadline = Instant::now() + timeout;
         let mut sink = [0u8; 64];
         while Instant::now() < deadline {
-            match self.stream.read(&mut sink) {
+            match stream.read(&mut sink) {
                 Ok(0) => return,
                 Ok(_) => {}
                 Err(error)
@@ -585,6 +681,11 @@ impl Exchange {
     /// `ctx_close_connection`'s "done": perftest writes it and closes without reading
     /// ours, so a reset or an early end after our own write is not an error.
     fn done(&mut self) -> Result<()> {
+        let client = self.client;
+        // Over rdma_cm, `ctx_close_connection` is the sync alone.
+        let Link::Tcp(stream) = &mut self.link else {
+            return Ok(());
+        };
         let mut theirs = [0u8; 5];
         let read = |stream: &mut TcpStream, theirs: &mut [u8; 5]| -> Result<()> {
             match stream.read_exact(theirs) {
@@ -596,14 +697,14 @@ impl Exchange {
                 }
             }
         };
-        if self.client {
-            if let Err(error) = self.stream.write_all(DONE) {
+        if client {
+            if let Err(error) = stream.write_all(DONE) {
                 tracing::debug!(%error, "writing \"done\"");
             }
-            read(&mut self.stream, &mut theirs)
+            read(stream, &mut theirs)
         } else {
-            read(&mut self.stream, &mut theirs)?;
-            if let Err(error) = self.stream.write_all(DONE) {
+            read(stream, &mut theirs)?;
+            if let Err(error) = stream.write_all(DONE) {
                 tracing::debug!(%error, "writing \"done\"");
             }
             Ok(())
@@ -620,6 +721,8 @@ struct Pair {
     mine: KeyMessage,
     theirs: Option<KeyMessage>,
     ah: Option<AddressHandle>,
+    /// UD over rdma_cm: the QP number and Q_Key of the peer's SIDR reply.
+    ud_peer: Option<(u32, u32)>,
 }
 
 struct Session {
@@ -645,6 +748,11 @@ struct Session {
 /// Bad settings, the device, the exchange, or traffic that does not complete.
 pub fn run(config: &PerftestConfig, device: &str, ipv4: Option<Ipv4Addr>, role: &remote::Role) -> Result<BenchReport> {
     check(config)?;
+    if config.bench.connection_manager {
+        let context = remote::open_context(device, ipv4)?;
+        let mut exchange = Exchange::over_cm(&context, role, ipv4, config.peer_mac)?;
+        return run_on(config, context, &mut exchange);
+    }
     let mut exchange = match role {
         remote::Role::Server { port } => Exchange::accept(*port)?,
         remote::Role::Client { host, port } => Exchange::connect(host, *port)?,
@@ -684,6 +792,11 @@ fn check(config: &PerftestConfig) -> Result<()> {
     if bench.iterations == 0 {
         return Err(PerftestError::Config("--iters must be at least 1".into()));
     }
+    if bench.connection_manager && config.test == Test::WriteLat {
+        return Err(PerftestError::Config(
+            "--cm (perftest -R) is here for the bandwidth tests, not ib_write_lat".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -692,6 +805,12 @@ fn run_on(config: &PerftestConfig, context: Context, exchange: &mut Exchange) ->
         .ok_or_else(|| PerftestError::Config(format!("MTU {}: 256..4096", config.bench.mtu)))?;
     let (cycle, line, mtu) = exchange.negotiate(mtu)?;
     let mut session = Session::open(config, context, cycle, line, mtu)?;
+    if exchange.over_cm_link() {
+        // `create_rdma_cm_connection`: a sync of zeros, the test's connections, another.
+        exchange.swap::<KEY_LEN_BINARY>(&[0; KEY_LEN_BINARY])?;
+        session.connect_over_cm(exchange)?;
+        exchange.swap::<KEY_LEN_BINARY>(&[0; KEY_LEN_BINARY])?;
+    }
     for step in config.test.before_traffic() {
         match step {
             Step::Round => {
@@ -704,6 +823,7 @@ fn run_on(config: &PerftestConfig, context: Context, exchange: &mut Exchange) ->
                 let theirs = exchange.swap_keys(&session.pairs[0].mine)?;
                 session.learn(0, theirs)?;
             }
+            Step::Connect if exchange.over_cm_link() => {}
             Step::Connect => session.connect()?,
             Step::PostReceives => {
                 if !exchange.client {
@@ -775,6 +895,16 @@ fn run_on(config: &PerftestConfig, context: Context, exchange: &mut Exchange) ->
             exchange.wait_for_close(PROGRESS_TIMEOUT);
         }
     }
+    if matches!(exchange.link, Link::Cm(_)) {
+        if let Link::Cm(link) = std::mem::replace(&mut exchange.link, Link::Closed) {
+            // The connection manager chose the path MTU; perftest's exchanged one is unused.
+            if let Some(mtu) = session.pairs.first().and_then(|pair| CmLink::data_mtu(&pair.qp)) {
+                report.mtu = mtu.bytes();
+            }
+            report.connection_manager = true;
+            report.cm_mads = link.close(config.test.ud());
+        }
+    }
     if report.bw_gbps == 0.0 && elapsed > 0.0 {
         let total = report.messages_ok as f64;
         report.bw_gbps = total * session.size as f64 * 8.0 / elapsed / 1e9;
@@ -844,6 +974,7 @@ impl Session {
                 mine,
                 theirs: None,
                 ah: None,
+                ud_peer: None,
             });
         }
         let session = Self {
@@ -909,6 +1040,27 @@ impl Session {
                 Ok(())
             }
         }
+    }
+
+    /// perftest `-R`: the test's QPs connected by the connection manager.
+    fn connect_over_cm(&mut self, exchange: &mut Exchange) -> Result<()> {
+        let Link::Cm(link) = &mut exchange.link else {
+            return Ok(());
+        };
+        let resources = if self.config.test.out_reads() > 1 {
+            OUT_READS as u8
+        } else {
+            0
+        };
+        let qps: Vec<&QueuePair> = self.pairs.iter().map(|pair| &pair.qp).collect();
+        let peers = link.connect_data(&self.pd, &qps, self.config.test.ud(), resources)?;
+        for (pair, peer) in self.pairs.iter_mut().zip(peers) {
+            if let Some(peer) = peer {
+                pair.ud_peer = Some((peer.qpn, peer.qkey));
+                pair.ah = Some(peer.ah);
+            }
+        }
+        Ok(())
     }
 
     fn connect(&mut self) -> Result<()> {
@@ -1068,10 +1220,11 @@ impl Session {
                     };
                 } else {
                     request.opcode = WrOpcode::Send;
+                    let (remote_qpn, remote_qkey) = pair.ud_peer.unwrap_or((theirs.qpn, QKEY));
                     request.ud = pair.ah.as_ref().map(|ah| UdFields {
                         ah,
-                        remote_qpn: theirs.qpn,
-                        remote_qkey: QKEY,
+                        remote_qpn,
+                        remote_qkey,
                     });
                 }
             }

@@ -185,7 +185,10 @@ fn a_rejection_reaches_the_requester_with_its_reason_and_private_data() {
     assert_eq!(&rejected.private_data[..7], b"go away");
     assert_eq!(rejected.private_data.len(), 148);
     assert_eq!(client.qp().unwrap().unwrap().state(), QpState::Err);
-    assert!(client.disconnect().is_err(), "nothing to disconnect");
+    // As Linux's rdma_disconnect: an id that has been through the IB CM gets 0 (its QP
+    // to ERR), one that never connected (the listener) EINVAL.
+    assert!(client.disconnect().is_ok());
+    assert!(listener.disconnect().is_err(), "nothing to disconnect");
     for id in [client, server, listener] {
         id.destroy().unwrap();
     }
@@ -534,4 +537,185 @@ fn destroying_an_id_in_req_sent_rejects_with_timeout_like_linux() {
     assert!(server.accept(&ConnParam::default()).is_err());
     server.destroy().unwrap();
     listener.destroy().unwrap();
+}
+
+#[test]
+fn an_unanswered_dreq_still_disconnects_after_linuxs_retries() {
+    // Linux (cm.c, cma.c): the DREQ is sent 1 + 15 times; when no DREP comes, the id
+    // enters timewait and the application gets DISCONNECTED with -ETIMEDOUT, so that a
+    // client waiting for it after rdma_disconnect (qperf) ends.
+    let mut world = World::new(2, 11);
+    let listener = listen(&world, 1, 5100, PortSpace::Tcp);
+    let (client, server) = connect_pair(&mut world, 5100);
+    // From here host b's connection manager never runs: the DREQ reaches its QP1 and
+    // nobody answers.
+    let host = &world.hosts[0];
+    let sent_before = host.cm.counters().sent;
+    let start = world.now_ns();
+    client.disconnect().unwrap();
+    assert_eq!(client.qp().unwrap().unwrap().state(), QpState::Err);
+    let event = loop {
+        host.cm.progress();
+        if let Some(event) = host.channel.get_event() {
+            break event;
+        }
+        let next = host.cm.next_deadline_ns().expect("a DREQ timer runs");
+        world.fabric.advance(rnic_hw_model::time::Picoseconds::from_nanos(
+            next.saturating_sub(world.now_ns()).max(1),
+        ));
+    };
+    assert_eq!(
+        (event.kind, event.status, event.id.clone()),
+        (CmEventKind::Disconnected, -110, client.clone())
+    );
+    let elapsed = world.now_ns() - start;
+    // 1 + 15 DREQs, each waited for as long as the REQ (2 × 2^(18-8) + 2^(20-8) ms).
+    assert!(
+        (16 * 6_144_000_000..16 * 6_144_000_000 + 1_000_000).contains(&elapsed),
+        "{elapsed} ns"
+    );
+    let counters = host.cm.counters();
+    assert_eq!(counters.sent - sent_before, 16, "the DREQ and its 15 retransmissions");
+    assert_eq!(counters.timeouts, 1);
+    // Then timewait, as after a DREP; no second DISCONNECTED.
+    let event = loop {
+        host.cm.progress();
+        if let Some(event) = host.channel.get_event() {
+            break event;
+        }
+        let next = host.cm.next_deadline_ns().expect("the timewait timer runs");
+        world.fabric.advance(rnic_hw_model::time::Picoseconds::from_nanos(
+            next.saturating_sub(world.now_ns()).max(1),
+        ));
+    };
+    assert_eq!(event.kind, CmEventKind::TimewaitExit);
+    // Disconnecting again is harmless (Linux returns 0) and sends nothing.
+    client.disconnect().unwrap();
+    host.cm.progress();
+    assert_eq!(host.cm.counters().sent - sent_before, 16);
+    for id in [client, server, listener] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn a_peer_that_takes_the_dreq_but_never_disconnects_is_timed_out() {
+    // The peer's connection manager runs, reports DISCONNECTED to its application and
+    // waits for it to disconnect (DREQ_RCVD); the application never does (qperf's server
+    // before its next test). No DREP comes: our retransmissions are duplicates there, and
+    // we give up after Linux's retries, DISCONNECTED with -ETIMEDOUT.
+    let mut world = World::new(2, 12);
+    let listener = listen(&world, 1, 5200, PortSpace::Tcp);
+    let (client, server) = connect_pair(&mut world, 5200);
+    let start = world.now_ns();
+    client.disconnect().unwrap();
+    let seen = world.run_until(200_000_000_000, |host, e| {
+        host == 0 && e.kind == CmEventKind::Disconnected
+    });
+    let elapsed = world.now_ns() - start;
+    let seen: Vec<_> = seen.iter().map(|(h, e)| (*h, e.kind, e.status)).collect();
+    assert_eq!(
+        seen,
+        [(1, CmEventKind::Disconnected, 0), (0, CmEventKind::Disconnected, -110)]
+    );
+    assert!(
+        (16 * 6_144_000_000..16 * 6_144_000_000 + 1_000_000).contains(&elapsed),
+        "{elapsed} ns"
+    );
+    assert_eq!(
+        world.hosts[1].cm.counters().duplicates,
+        15,
+        "the DREQ's retransmissions"
+    );
+    // The peer's late disconnect is answered by nobody (we are in timewait or done) and
+    // harms nothing.
+    server.disconnect().unwrap();
+    world.run_for(10_000_000_000);
+    for id in [client, server, listener] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn wildcards_of_both_families_share_a_port_when_both_are_family_only() {
+    // tgtd's iSER portals: getaddrinfo(NULL, "3260", AI_PASSIVE) gives 0.0.0.0 and ::,
+    // each bound by its own id made family-only (RDMA_OPTION_ID_AFONLY) and listened on.
+    // Linux's rdma_cm lets both take the port; each listener gets its family's requests.
+    let mut world = World::new(2, 14);
+    let server_v6 = std::net::IpAddr::from(world.hosts[1].context.query_gid(1, 1).unwrap().raw());
+    assert!(server_v6.is_ipv6());
+    let (v4, v6) = {
+        let channel = &world.hosts[1].channel;
+        let v4 = channel.create_id(4, PortSpace::Tcp).unwrap();
+        v4.set_afonly(true).unwrap();
+        v4.bind_addr("0.0.0.0:3260".parse().unwrap()).unwrap();
+        v4.listen(0).unwrap();
+        let v6 = channel.create_id(6, PortSpace::Tcp).unwrap();
+        v6.set_afonly(true).unwrap();
+        v6.bind_addr("[::]:3260".parse().unwrap()).unwrap();
+        v6.listen(0).unwrap();
+        (v4, v6)
+    };
+    for (destination, listener) in [(world.hosts[1].ip, &v4), (server_v6, &v6)] {
+        let client = world.hosts[0].channel.create_id(1, PortSpace::Tcp).unwrap();
+        client
+            .resolve_addr(None, SocketAddr::new(destination, 3260), 2000)
+            .unwrap();
+        world.expect(0, CmEventKind::AddrResolved);
+        client.resolve_route(2000).unwrap();
+        world.expect(0, CmEventKind::RouteResolved);
+        client.create_qp(&qp_init(&world.hosts[0].pd)).unwrap();
+        client.connect(&ConnParam::default()).unwrap();
+        let request = world.expect(1, CmEventKind::ConnectRequest);
+        assert_eq!(request.listen_id.as_ref(), Some(listener), "{destination}");
+        request.id.reject(&[]).unwrap();
+        world.expect(0, CmEventKind::Rejected);
+        for id in [client, request.id] {
+            id.destroy().unwrap();
+        }
+    }
+    for id in [v4, v6] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn binding_a_port_follows_linuxs_rules_for_wildcards_and_families() {
+    let world = World::new(1, 15);
+    let host = &world.hosts[0];
+    let v6_address = std::net::IpAddr::from(host.context.query_gid(1, 1).unwrap().raw());
+    let id = |context| host.channel.create_id(context, PortSpace::Tcp).unwrap();
+    let errno = |result: rnic_verbs::cm::Result<()>| result.unwrap_err().errno();
+    let v4_any = id(1);
+    v4_any.bind_addr("0.0.0.0:3260".parse().unwrap()).unwrap();
+    // An IPv6 wildcard that is not family-only (the default: net.ipv6.bindv6only = 0)
+    // overlaps the IPv4 wildcard: EADDRNOTAVAIL, as cma_check_port answers.
+    let v6_any = id(2);
+    assert_eq!(errno(v6_any.bind_addr("[::]:3260".parse().unwrap())), 99);
+    // So does a specific IPv4 address on the wildcard's port.
+    let v4_one = id(3);
+    assert_eq!(errno(v4_one.bind_addr(SocketAddr::new(host.ip, 3260))), 99);
+    // Family-only, the IPv6 wildcard takes the port (an IPv4 id is family-only already).
+    v6_any.set_afonly(true).unwrap();
+    v6_any.bind_addr("[::]:3260".parse().unwrap()).unwrap();
+    // The same specific address twice: EADDRINUSE; addresses of two families: no clash.
+    v4_one.bind_addr(SocketAddr::new(host.ip, 3261)).unwrap();
+    let again = id(4);
+    assert_eq!(errno(again.bind_addr(SocketAddr::new(host.ip, 3261))), 98);
+    let v6_one = id(5);
+    v6_one.bind_addr(SocketAddr::new(v6_address, 3261)).unwrap();
+    // Another port space is another set of ports.
+    let udp = host.channel.create_id(6, PortSpace::Udp).unwrap();
+    udp.bind_addr("0.0.0.0:3260".parse().unwrap()).unwrap();
+    // The option is the id's until it listens or connects (EINVAL after).
+    v6_any.listen(0).unwrap();
+    assert_eq!(errno(v6_any.set_afonly(false)), 22);
+    // A destroyed id gives its port back: the specific IPv4 address refused above now
+    // shares the port with the family-only IPv6 wildcard.
+    v4_any.destroy().unwrap();
+    let v4_after = id(7);
+    v4_after.bind_addr(SocketAddr::new(host.ip, 3260)).unwrap();
+    for id in [v6_any, v4_one, again, v6_one, udp, v4_after] {
+        id.destroy().unwrap();
+    }
 }

@@ -79,7 +79,9 @@ pub struct BenchArguments<'a> {
     pub operation: &'a str,
     pub size: usize,
     pub iterations: u64,
-    /// `rc`, `rc-cm` (RC connected through the connection manager) or `ud`.
+    /// `rc`, `rc-cm` (RC connected through the connection manager), `ud`, or
+    /// `perftest-cm,PEER_IP,PEER_MAC` / `perftest-cm-ud,…` (perftest -R's protocol,
+    /// `rnic-bench --peer perftest --cm [--ud]`; the client connects to PEER_IP).
     pub transport: &'a str,
 }
 
@@ -135,6 +137,9 @@ pub fn run_bench_child(env: &str, queue_pairs: usize) {
         return;
     };
     let arguments: Vec<&str> = arguments.split('\n').collect();
+    if arguments[7].starts_with("perftest-cm") {
+        return run_perftest_cm_child(&arguments, queue_pairs);
+    }
     let port: u16 = arguments[1].parse().unwrap();
     let role = match arguments[0] {
         "server" => Role::Server { port },
@@ -160,6 +165,50 @@ pub fn run_bench_child(env: &str, queue_pairs: usize) {
         ud: arguments[7] == "ud",
     };
     let code = match remote::run(&config) {
+        Ok(report) => {
+            println!("\nBENCH-JSON {}", report.to_json());
+            i32::from(report.messages_failed != 0)
+        }
+        Err(error) => {
+            eprintln!("bench {}: {error}", arguments[0]);
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+/// [`run_bench_child`] for `perftest-cm…`: one side of perftest -R's protocol.
+fn run_perftest_cm_child(arguments: &[&str], queue_pairs: usize) {
+    let port: u16 = arguments[1].parse().unwrap();
+    let mut transport = arguments[7].split(',');
+    let ud = transport.next() == Some("perftest-cm-ud");
+    let peer_ip = transport.next().unwrap().to_string();
+    let peer_mac = transport.next().unwrap();
+    let mut mac = [0u8; 6];
+    for (byte, text) in mac.iter_mut().zip(peer_mac.split(':')) {
+        *byte = u8::from_str_radix(text, 16).unwrap();
+    }
+    let role = match arguments[0] {
+        "server" => Role::Server { port },
+        _ => Role::Client { host: peer_ip, port },
+    };
+    let operation = arguments[4].parse::<Operation>().unwrap();
+    let config = rnic_testbench::perftest::PerftestConfig {
+        bench: BenchConfig {
+            operation,
+            size: arguments[5].parse().unwrap(),
+            iterations: arguments[6].parse().unwrap(),
+            queue_pairs,
+            mtu: 1024,
+            verify: true,
+            connection_manager: true,
+            ..BenchConfig::default()
+        },
+        test: rnic_testbench::perftest::Test::new(operation, ud, false).unwrap(),
+        gid_index: 0,
+        peer_mac: Some(mac),
+    };
+    let code = match rnic_testbench::perftest::run(&config, arguments[2], Some(arguments[3].parse().unwrap()), &role) {
         Ok(report) => {
             println!("\nBENCH-JSON {}", report.to_json());
             i32::from(report.messages_failed != 0)

@@ -71,8 +71,9 @@ pub(crate) struct Transition {
 }
 
 /// What an accepted SQ or RQ doorbell asks of the rest of the device.
-// The QPC travels by value: boxing it would allocate on every doorbell of a QP in ERR,
-// and the data path allocates nothing (verbs-provider/tests/no_allocation.rs).
+// The QPC is held inline: the outcome only passes from the QP block to the top on the
+// stack, and a box would allocate on every doorbell of a QP in ERR (posting to a QP in
+// ERR is a data path too: every request comes back flushed, see the no-allocation test).
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub(crate) enum DoorbellOutcome {

@@ -7,7 +7,7 @@
 //! RDMA-CM layer), summarised in docs/architecture.md, "The connection manager".
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Weak};
 
 use super::address::{flow_label, gid_to_ip, ip_to_gid, Neighbour, Route};
@@ -119,6 +119,13 @@ pub(crate) struct IdEntry {
     pub listener: Option<IdKey>,
     /// The port this id occupies in its port space.
     pub bound: Option<(PortSpace, u16)>,
+    /// `RDMA_OPTION_ID_AFONLY` as the application set it (`None`: not set).
+    pub afonly_option: Option<bool>,
+    /// Family-only (`IPV6_V6ONLY`-like), decided at bind as Linux's `rdma_bind_addr`
+    /// does: the option if set, else IPv4 yes and IPv6 no (`net.ipv6.bindv6only`'s
+    /// default). A family-only wildcard shares its port with the other family's ids and
+    /// takes only its own family's requests.
+    pub afonly: bool,
 }
 
 /// An event on its way to a channel.
@@ -392,6 +399,8 @@ impl Core {
                 state: IdState::Idle,
                 listener: None,
                 bound: None,
+                afonly_option: None,
+                afonly: false,
             },
         );
         Ok(key)
@@ -538,6 +547,19 @@ impl Core {
         Ok(())
     }
 
+    /// `rdma_set_afonly` (`RDMA_OPTION_ID_AFONLY`): before the id is bound or while it is
+    /// bound but not yet listening or connecting, as Linux allows.
+    pub fn set_afonly(&mut self, key: IdKey, afonly: bool) -> Result<()> {
+        let entry = self.entry_mut(key)?;
+        if !matches!(entry.state, IdState::Idle | IdState::Bound) {
+            return Err(self.invalid(key, "set_option(AFONLY)"));
+        }
+        let entry = self.entry_mut(key)?;
+        entry.afonly_option = Some(afonly);
+        entry.afonly = afonly;
+        Ok(())
+    }
+
     pub fn set_tos(&mut self, key: IdKey, tos: u8) -> Result<()> {
         self.entry_mut(key)?.tos = tos;
         Ok(())
@@ -590,6 +612,34 @@ impl Core {
         })
     }
 
+    /// Whether `address` (family-only or not) may take its port beside the ids bound
+    /// there already, by Linux's rules (`cma_check_port`): ids of different families that
+    /// are both family-only never collide; otherwise a wildcard on either side collides
+    /// with anything (`EADDRNOTAVAIL`), and the same address does (`EADDRINUSE`).
+    fn check_port(&self, space: PortSpace, address: SocketAddr, afonly: bool) -> Result<()> {
+        let Some(keys) = self.ports.get(&(space, address.port())) else {
+            return Ok(());
+        };
+        for entry in keys.iter().filter_map(|k| self.ids.get(k)) {
+            let Some(other) = entry.source else {
+                return Err(CmError::AddressInUse(address.to_string()));
+            };
+            if afonly && entry.afonly && address.is_ipv4() != other.is_ipv4() {
+                continue;
+            }
+            if address.ip().is_unspecified() || other.ip().is_unspecified() {
+                return Err(CmError::AddressOverlaps {
+                    address: address.to_string(),
+                    other: other.to_string(),
+                });
+            }
+            if address.ip() == other.ip() {
+                return Err(CmError::AddressInUse(address.to_string()));
+            }
+        }
+        Ok(())
+    }
+
     fn ephemeral_port(&mut self, space: PortSpace, ip: IpAddr) -> Result<u16> {
         let span = u32::from(EPHEMERAL_PORTS.end - EPHEMERAL_PORTS.start);
         let start = self.rng.u32() % span;
@@ -625,15 +675,15 @@ impl Core {
                     .0,
             )
         };
+        let afonly = entry.afonly_option.unwrap_or(address.is_ipv4());
         let port = if address.port() == 0 {
             self.ephemeral_port(space, address.ip())?
         } else {
-            if self.port_in_use(space, address.port(), address.ip()) {
-                return Err(CmError::AddressInUse(address.to_string()));
-            }
+            self.check_port(space, address, afonly)?;
             address.port()
         };
         let entry = self.entry_mut(key)?;
+        entry.afonly = afonly;
         entry.device = device;
         entry.source = Some(SocketAddr::new(address.ip(), port));
         entry.state = IdState::Bound;
@@ -689,6 +739,10 @@ impl Core {
             }
         };
         let entry = self.entry_mut(key)?;
+        if bound.is_none() {
+            // Bound here as Linux's implicit bind does: to the destination's family.
+            entry.afonly = entry.afonly_option.unwrap_or(ip.is_ipv4());
+        }
         entry.device = Some(device);
         entry.source = Some(SocketAddr::new(ip, port));
         entry.destination = Some(destination);
@@ -1326,7 +1380,16 @@ impl Core {
     pub fn disconnect(&mut self, key: IdKey, now: u64) -> Result<()> {
         let device = self.entry(key)?.device.ok_or_else(|| self.invalid(key, "disconnect"))?;
         let Some(connection) = self.connection(key) else {
-            return Err(self.invalid(key, "disconnect"));
+            // Linux (cma.c rdma_disconnect): an id that has had an IB CM id (a UD id after
+            // SIDR, one rejected or unreachable) has its QP moved to ERR and gets 0; one
+            // that never tried to connect gets EINVAL.
+            return match self.entry(key)?.state {
+                IdState::SidrQuery(_) | IdState::SidrRequest(_) | IdState::UdReady | IdState::Closed => {
+                    self.qp_to_error(key);
+                    Ok(())
+                }
+                _ => Err(self.invalid(key, "disconnect")),
+            };
         };
         let (tid, local, remote, peer, remote_qpn) = (
             connection.transaction_id,
@@ -1381,7 +1444,10 @@ impl Core {
                 );
                 self.enter_timewait(key, now);
             }
-            _ => return Err(self.invalid(key, "disconnect")),
+            // Already disconnecting, in TimeWait, or not yet established: Linux moves the
+            // QP to ERR, its DREQ and DREP both fail in that state, and the call returns 0
+            // (applications disconnect again after DISCONNECTED).
+            _ => self.qp_to_error(key),
         }
         Ok(())
     }
@@ -1580,10 +1646,13 @@ impl Core {
             if entry.device.is_some_and(|d| d != device) {
                 return false;
             }
+            // As Linux's cma_match_private_data: a wildcard that is not family-only takes
+            // both families; otherwise the family must match, and the address unless it
+            // is the wildcard.
             match entry.source.map(|s| s.ip()) {
-                Some(IpAddr::V4(Ipv4Addr::UNSPECIFIED)) => header.destination.is_ipv4(),
-                Some(ip) if ip.is_unspecified() => true,
-                Some(ip) => ip == header.destination,
+                Some(ip) if ip.is_unspecified() && !entry.afonly => true,
+                Some(ip) if ip.is_ipv4() != header.destination.is_ipv4() => false,
+                Some(ip) => ip.is_unspecified() || ip == header.destination,
                 None => false,
             }
         })

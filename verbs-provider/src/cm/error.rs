@@ -25,6 +25,15 @@ pub enum CmError {
     /// Another id is bound to the address and port (`EADDRINUSE`).
     #[error("address {0} in use")]
     AddressInUse(String),
+    /// The address and another id's overlap through a wildcard on the same port, and not
+    /// both are family-only (`EADDRNOTAVAIL`, as Linux's `cma_check_port`).
+    #[error("address {address} overlaps {other} on the same port")]
+    AddressOverlaps {
+        /// The address asked for.
+        address: String,
+        /// The other id's address.
+        other: String,
+    },
     /// No device at all (`ENODEV`).
     #[error("no device: {0}")]
     NoDevice(String),
@@ -66,7 +75,7 @@ impl CmError {
     pub fn errno(&self) -> i32 {
         match self {
             Self::InvalidArgument(_) | Self::InvalidState { .. } | Self::NoSuchId | Self::QpExists => EINVAL,
-            Self::AddressNotAvailable(_) => EADDRNOTAVAIL,
+            Self::AddressNotAvailable(_) | Self::AddressOverlaps { .. } => EADDRNOTAVAIL,
             Self::AddressInUse(_) => EADDRINUSE,
             Self::NoDevice(_) => ENODEV,
             Self::OutOfResources(_) => ENOMEM,

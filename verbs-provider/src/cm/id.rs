@@ -163,11 +163,25 @@ impl CmId {
         self.run(|core, key, _| core.set_tos(key, tos))
     }
 
+    /// Makes the id family-only (`rdma_set_option(RDMA_OPTION_ID_AFONLY)`, like
+    /// `IPV6_V6ONLY`): bound to a wildcard, it shares its port with the other family's
+    /// family-only ids and takes only its own family's requests. Without it an IPv4 id is
+    /// family-only and an IPv6 id is not, as on Linux with `net.ipv6.bindv6only = 0`.
+    /// Before [`CmId::listen`] or a connect.
+    ///
+    /// # Errors
+    /// [`CmError::NoSuchId`]; a wrong state.
+    pub fn set_afonly(&self, afonly: bool) -> Result<()> {
+        self.run(|core, key, _| core.set_afonly(key, afonly))
+    }
+
     /// `rdma_bind_addr`: a local address (unspecified: any device) and port (0: a free
     /// one).
     ///
     /// # Errors
-    /// [`CmError::AddressNotAvailable`], [`CmError::AddressInUse`], or a wrong state.
+    /// [`CmError::AddressNotAvailable`], [`CmError::AddressInUse`] (the same address and
+    /// port), [`CmError::AddressOverlaps`] (a wildcard on the same port; see
+    /// [`CmId::set_afonly`]), or a wrong state.
     pub fn bind_addr(&self, address: SocketAddr) -> Result<()> {
         self.run(|core, key, _| core.bind(key, address))
     }

@@ -1287,8 +1287,8 @@ pub unsafe extern "C" fn rnic_rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_
     0
 }
 
-/// `rdma_set_option`: `RDMA_OPTION_ID_TOS`; REUSEADDR, AFONLY and the ACK timeout are
-/// accepted; others `ENOSYS`.
+/// `rdma_set_option`: `RDMA_OPTION_ID_TOS` and `RDMA_OPTION_ID_AFONLY`; REUSEADDR and the
+/// ACK timeout are accepted; others `ENOSYS`.
 ///
 /// # Safety
 /// Valid pointers.
@@ -1313,7 +1313,19 @@ pub unsafe extern "C" fn rnic_rdma_set_option(
                 Err(e) => cm_fail("rdma_set_option", &e),
             }
         }
-        (0, 1..=3) => 0,
+        // RDMA_OPTION_ID_AFONLY: an int, as the kernel's ucma takes it.
+        (0, 2) => {
+            if length != std::mem::size_of::<c_int>() || value.is_null() {
+                return fail("rdma_set_option", libc::EINVAL, "AFONLY takes an int");
+            }
+            // SAFETY: an int of the caller's, its length checked above.
+            let afonly = unsafe { value.cast::<c_int>().read_unaligned() } != 0;
+            match ours.id.set_afonly(afonly) {
+                Ok(()) => 0,
+                Err(e) => cm_fail("rdma_set_option", &e),
+            }
+        }
+        (0, 1 | 3) => 0,
         _ => fail("rdma_set_option", libc::ENOSYS, format!("option {level}/{name}")),
     }
 }

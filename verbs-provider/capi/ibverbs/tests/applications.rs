@@ -87,9 +87,14 @@ fn ib_send_bw_sleeps_on_completion_events() {
     perftest("ib_send_bw", &["-e"], 10, "200");
 }
 
+/// Latency while sleeping on completion events. Not `ib_send_lat -e`: Debian's perftest
+/// (4.5-0.17) gives its send and receive CQs one completion channel, so a receive event can
+/// wake the wait for a send completion; it then reads a completion it never polled and
+/// fails with a garbage status (fixed upstream by "Use separate completion channels for
+/// send and receive", 2023). The read test has one CQ and no such race.
 #[test]
-fn ib_send_lat_sleeps_on_completion_events() {
-    perftest("ib_send_lat", &["-e"], 11, "200");
+fn ib_read_lat_sleeps_on_completion_events() {
+    perftest("ib_read_lat", &["-e"], 11, "200");
 }
 
 #[test]

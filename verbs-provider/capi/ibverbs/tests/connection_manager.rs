@@ -214,6 +214,50 @@ fn a_process_that_exits_with_a_connection_up_disconnects_it() {
     );
 }
 
+/// tgtd's iSER portals, 0.0.0.0 and :: on one port, each id family-only
+/// (RDMA_OPTION_ID_AFONLY): both bind and listen, as on Linux; without the option the
+/// IPv6 wildcard's bind fails with EADDRNOTAVAIL (tests/c/cm_portals.c).
+#[test]
+fn wildcard_portals_of_both_families_share_a_port_when_family_only() {
+    if !require("gcc") {
+        return;
+    }
+    if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        if std::env::var_os("RNIC_SKIP_RDMA_APPS").is_some() {
+            return;
+        }
+        panic!("librdmacm-dev is not installed (scripts/test installs it, as root)");
+    }
+    let source = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_portals.c");
+    let binary = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rnic-cm-portals");
+    let output = std::process::Command::new("gcc")
+        .args(["-Wall", "-Werror", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .expect("run gcc");
+    assert!(
+        output.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let program = binary.to_str().expect("path");
+    let output = common::wait_bounded(
+        common::command(program, &["3260"], "udp:127.0.4.61")
+            .spawn()
+            .expect("start cm_portals"),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("portals: both wildcards listen"),
+        "cm_portals ({})\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 fn perftest_cm(program: &str, pair: u8) {
     if !require(program) {
         return;
