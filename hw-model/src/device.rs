@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use rnic_firmware_if::doorbell::{DB_OFFSET, EQ_DB_OFFSET};
 use rnic_firmware_if::regs;
 
 use crate::bus::Bus;
@@ -15,25 +14,27 @@ use crate::command::Rejection;
 use crate::config::DeviceConfig;
 use crate::cq::{CompletionQueues, CqError};
 use crate::diagnostics::{Diagnostic, DiagnosticLog, Source};
+use crate::doorbell::{DoorbellRequest, Doorbells};
 use crate::eq::{EqKind, EventQueues};
-use crate::firmware::{CommandQueue, Firmware};
-use crate::hem::Contexts;
+use crate::firmware::{Firmware, GidTableEntry, ObjectCommand, Timer as FirmwareTimer};
+use crate::hem::{ContextTableAttributes, Contexts, HemError, QpcProgress};
 use crate::interrupt::InterruptSink;
 use crate::memory::{HostMemory, MemoryError};
 use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
 use crate::mtt::{DmaFault, Mtr, MttError, TranslationCache};
 use crate::pci::{BarDescriptor, ConfigSpace};
-use crate::probe::{Observer, Port};
+use crate::port::PortAddresses;
+use crate::probe::{DoorbellTarget, Observer, Port, Probes, Transaction};
 use crate::qp::{DoorbellOutcome, QueuePairs, WorkQueue};
 use crate::srq::{SharedReceiveQueues, SrqWqe};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
-use crate::transport::Transport;
+use crate::transport::{Timer as TransportTimer, Transport, TransportCounters};
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{Cqc, Eqc, Mpt, QpState, Qpc, Srqc};
 use rnic_firmware_if::cqe::Cqe;
 use rnic_firmware_if::event::AsyncEventType;
-use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
+use rnic_firmware_if::mailbox::{BtCommand, ContextTable as ContextTableId, MailboxCompletion};
 
 /// The services of the device `$device`, borrowed field by field (so the block being
 /// called, another field, stays free).
@@ -45,6 +46,34 @@ macro_rules! services {
             timing: &mut $device.timing,
             scheduler: &mut $device.scheduler,
             diagnostics: &mut $device.diagnostics,
+            probes: &mut $device.probes,
+        }
+    };
+}
+
+/// What the firmware of the device `$device` is bound to, borrowed field by field.
+macro_rules! firmware_wiring {
+    ($device:ident) => {
+        FirmwareWiring {
+            services: services!($device),
+            contexts: &mut $device.contexts,
+            eqs: &mut $device.eqs,
+            cqs: &mut $device.cqs,
+            mpt: &mut $device.mpt,
+            addresses: &mut $device.port,
+            registers: &mut $device.registers,
+        }
+    };
+}
+
+/// What the transport of the device `$device` is bound to, borrowed field by field.
+macro_rules! transport_wiring {
+    ($device:ident) => {
+        TransportWiring {
+            qp: qp_wiring!($device),
+            mpt: &mut $device.mpt,
+            qps: &mut $device.qps,
+            port: &$device.port,
         }
     };
 }
@@ -74,32 +103,15 @@ macro_rules! objects {
 /// Something the device will do at a virtual instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Event {
-    /// Process the command queue up to the producer index.
-    CommandQueue,
-    /// Complete the mailbox command at the head of the mailbox queue.
-    MailboxComplete,
+    /// A firmware timer: the next command, the next mailbox.
+    Firmware(crate::firmware::Timer),
     /// A function reset finishes.
     ResetDone,
     /// An EQ's coalescing period expired: raise its interrupt if entries are pending.
     Eq(crate::eq::Timer),
-    /// The port finished serialising a frame and may start the next (transport).
-    TransportTx,
-    /// Received frames leave the receive pipeline for the engines (transport).
-    TransportRx,
-    /// A QP's local ACK timer is due.
-    AckTimer {
-        /// QP number.
-        qpn: u32,
-        /// Generation of the requester that armed it (stale timers are ignored).
-        generation: u64,
-    },
-    /// A QP's RNR wait is over.
-    RnrTimer {
-        /// QP number.
-        qpn: u32,
-        /// Generation of the RNR wait (stale timers are ignored).
-        generation: u64,
-    },
+    /// A transport timer: the port's transmit and receive pipelines, a QP's ACK or RNR
+    /// timer.
+    Transport(TransportTimer),
 }
 
 /// Counters a test or a user can read to see what the device did.
@@ -140,19 +152,19 @@ pub struct Device {
     pub(crate) bus: Bus,
     pub(crate) config_space: ConfigSpace,
     pub(crate) registers: ControlRegisters,
-    pub(crate) cmdq: CommandQueue,
     pub(crate) firmware: Firmware,
     /// The context tables, their write-back QPC/CQC cache and the recorded QP progress.
     pub(crate) contexts: Contexts,
     pub(crate) eqs: EventQueues,
-    /// The RoCEv2 transport engines and the port.
+    /// The RoCEv2 transport engines and the port's transmit and receive pipelines.
     pub(crate) transport: Transport,
+    /// The port's address tables (GID and source-MAC tables).
+    pub(crate) port: PortAddresses,
     /// The timing model: parameters, caches, per-stage totals.
     pub(crate) timing: TimingModel,
-    /// Low halves of 64-bit doorbells written as two 32-bit stores, per page and register.
-    pub(crate) doorbell_latch: Vec<[Option<u32>; 2]>,
+    /// The doorbell decoder (BAR2).
+    pub(crate) doorbells: Doorbells,
     pub(crate) diagnostics: DiagnosticLog,
-    pub(crate) counters: Counters,
     /// Memory protection: the MPT cache and the access checks.
     pub(crate) mpt: MemoryProtection,
     /// The MTT cache: page translations, forgotten with the MPT cache.
@@ -161,6 +173,8 @@ pub struct Device {
     pub(crate) cqs: CompletionQueues,
     /// Shared receive queues.
     pub(crate) srqs: SharedReceiveQueues,
+    /// The observers of the ports the top routes (the bus has its own).
+    pub(crate) probes: Probes,
     /// Queue pairs: the state machine, SQ/RQ doorbells, the flush.
     pub(crate) qps: QueuePairs,
 }
@@ -203,19 +217,19 @@ impl Device {
             bus,
             config_space,
             registers: ControlRegisters::default(),
-            cmdq: CommandQueue::default(),
             firmware: Firmware::new(&config),
             contexts: Contexts::new(&config),
             eqs,
-            transport: Transport::new(),
+            transport: Transport::new(&config.caps),
+            port: PortAddresses::new(config.caps.max_gids as usize, config.mac_address),
             timing: TimingModel::new(config.timing),
-            doorbell_latch: vec![[None; 2]; pages],
+            doorbells: Doorbells::new(pages),
             diagnostics: DiagnosticLog::default(),
-            counters: Counters::default(),
             mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
             translations: TranslationCache::default(),
             cqs: CompletionQueues::new(&config.caps),
             srqs: SharedReceiveQueues::new(&config.caps),
+            probes: Probes::default(),
             qps: QueuePairs::new(&config.caps),
             config,
         }
@@ -234,19 +248,19 @@ impl Device {
             bus: self.bus.fork(),
             config_space: self.config_space.clone(),
             registers: self.registers.clone(),
-            cmdq: self.cmdq.clone(),
             firmware: self.firmware.clone(),
             contexts: self.contexts.clone(),
             eqs: self.eqs.fork(interrupts),
             transport: self.transport.clone(),
+            port: self.port.clone(),
             timing: self.timing.clone(),
-            doorbell_latch: self.doorbell_latch.clone(),
+            doorbells: self.doorbells.clone(),
             diagnostics: self.diagnostics.clone(),
-            counters: self.counters,
             mpt: self.mpt.clone(),
             translations: self.translations.clone(),
             cqs: self.cqs.clone(),
             srqs: self.srqs.clone(),
+            probes: Probes::default(),
             qps: self.qps.clone(),
         }
     }
@@ -299,18 +313,17 @@ impl Device {
 
     fn run_event(&mut self, event: Event) {
         match event {
-            Event::CommandQueue => self.process_command_queue(),
-            Event::MailboxComplete => self.complete_mailbox(),
+            Event::Firmware(FirmwareTimer::CommandQueue) => {
+                self.firmware.process_command_queue(&mut firmware_wiring!(self));
+            }
+            Event::Firmware(FirmwareTimer::MailboxComplete) => self.complete_mailbox(),
             Event::ResetDone => {
                 self.registers.resetting = false;
             }
             Event::Eq(timer) => {
                 self.eqs.coalesce_timer(&mut services!(self), timer);
             }
-            Event::TransportTx => self.transport_tx_event(),
-            Event::TransportRx => self.transport_rx_event(),
-            Event::AckTimer { qpn, generation } => self.ack_timer_event(qpn, generation),
-            Event::RnrTimer { qpn, generation } => self.rnr_timer_event(qpn, generation),
+            Event::Transport(timer) => self.transport.engine(transport_wiring!(self)).timer(timer),
         }
     }
 
@@ -324,24 +337,25 @@ impl Device {
         &mut self.timing
     }
 
-    /// Counters since power-on.
+    /// Counters since power-on: the sum of what each block counted.
     pub fn counters(&self) -> Counters {
         let eq = self.eqs.counters();
         let cq = self.cqs.counters();
         let srq = self.srqs.counters();
         let qp = self.qps.counters();
         Counters {
-            doorbells: self.counters.doorbells + eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
-            doorbells_dropped: self.counters.doorbells_dropped
+            doorbells: eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
+            doorbells_dropped: self.doorbells.dropped()
                 + eq.doorbells_dropped
                 + cq.doorbells_dropped
                 + srq.doorbells_dropped
                 + qp.doorbells_dropped,
+            commands: self.firmware.counters().commands,
+            mailbox_commands: self.firmware.counters().mailbox_commands,
             cqes: cq.cqes,
             eqes: eq.eqes,
             interrupts: eq.interrupts,
             dma_errors: self.bus.errors(),
-            ..self.counters
         }
     }
 
@@ -350,6 +364,7 @@ impl Device {
     pub fn attach_observer(&mut self, port: Port, observer: Option<Box<dyn Observer>>) -> Option<Box<dyn Observer>> {
         match port {
             Port::Bus => self.bus.probe_mut().attach(observer),
+            port => self.probes.slot(port).attach(observer),
         }
     }
 
@@ -393,23 +408,6 @@ impl Device {
     }
 
     // ---- DMA gate -------------------------------------------------------------------
-
-    /// DMA read, refused unless bus mastering is enabled.
-    #[inline]
-    pub(crate) fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
-        self.bus.read(address, buffer)
-    }
-
-    /// DMA write, refused unless bus mastering is enabled.
-    #[inline]
-    pub(crate) fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
-        self.bus.write(address, data)
-    }
-
-    /// Sets abnormal status bits and raises the abnormal vector if enabled.
-    pub(crate) fn raise_abnormal(&mut self, bits: u32) {
-        self.eqs.raise_abnormal(bits);
-    }
 
     // ---- configuration space --------------------------------------------------------
 
@@ -545,11 +543,11 @@ impl Device {
                 }
                 status
             }
-            regs::CSQ_BASE_LOW => self.cmdq.base as u32,
-            regs::CSQ_BASE_HIGH => (self.cmdq.base >> 32) as u32,
-            regs::CSQ_DEPTH => self.cmdq.depth_register,
-            regs::CSQ_PRODUCER_INDEX => self.cmdq.producer_index,
-            regs::CSQ_CONSUMER_INDEX => self.cmdq.consumer_index,
+            regs::CSQ_BASE_LOW => self.firmware.command_queue().base as u32,
+            regs::CSQ_BASE_HIGH => (self.firmware.command_queue().base >> 32) as u32,
+            regs::CSQ_DEPTH => self.firmware.command_queue().depth_register,
+            regs::CSQ_PRODUCER_INDEX => self.firmware.command_queue().producer_index,
+            regs::CSQ_CONSUMER_INDEX => self.firmware.command_queue().consumer_index,
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
                 self.eqs.read_abnormal(offset)
             }
@@ -594,7 +592,10 @@ impl Device {
             | regs::CSQ_BASE_HIGH
             | regs::CSQ_DEPTH
             | regs::CSQ_PRODUCER_INDEX
-            | regs::CSQ_CONSUMER_INDEX => self.command_queue_register_write(offset, value),
+            | regs::CSQ_CONSUMER_INDEX => {
+                self.firmware
+                    .command_queue_register_write(&mut firmware_wiring!(self), offset, value)
+            }
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
                 self.eqs.write_abnormal(offset, value)
             }
@@ -634,108 +635,58 @@ impl Device {
         // Host memory keeps the progress the device made before the reset.
         self.drop_context_cache();
         self.scheduler.clear();
-        self.cmdq = CommandQueue::default();
-        self.firmware = Firmware::new(&self.config);
-        self.contexts.clear_tables(&self.config);
+        self.firmware.reset();
+        self.contexts.clear_tables();
         self.mpt.forget();
         self.translations.clear();
         self.eqs.reset();
-        self.transport = Transport::new();
+        self.transport = Transport::new(&self.config.caps);
+        self.port = PortAddresses::new(self.config.caps.max_gids as usize, self.config.mac_address);
         self.timing = TimingModel::new(self.config.timing);
         self.registers = ControlRegisters {
             resetting: true,
             ..Default::default()
         };
-        for latch in &mut self.doorbell_latch {
-            *latch = [None; 2];
-        }
+        self.doorbells.reset();
         let delay = Picoseconds(self.config.timing.reset_ps);
         self.scheduler.schedule_in(delay, Event::ResetDone);
     }
 
-    /// Doorbell BAR write: 64-bit doorbells at [`DB_OFFSET`] of any page and EQ doorbells
-    /// at [`EQ_DB_OFFSET`] of page 0, as one 8-byte store or two 4-byte stores (low half
-    /// first; the high half commits).
+    /// Doorbell BAR write: the doorbell block decodes it into a request for the block
+    /// that owns the named queue.
     fn doorbell_page_write(&mut self, offset: u64, data: &[u8]) {
-        let page = (offset / regs::DOORBELL_PAGE_SIZE) as usize;
-        let in_page = offset % regs::DOORBELL_PAGE_SIZE;
-        if page >= self.doorbell_latch.len() {
-            self.counters.doorbells_dropped += 1;
-            self.diagnose(
-                Source::Doorbell,
-                format!("doorbell page {page}"),
-                "page",
-                page as u64,
-                format!("a page below {}", self.doorbell_latch.len()),
-            );
+        let Some(request) = self.doorbells.write(&mut services!(self), offset, data) else {
             return;
-        }
-        let (register, base) = match in_page {
-            o if (DB_OFFSET..DB_OFFSET + 8).contains(&o) => (0usize, DB_OFFSET),
-            o if (EQ_DB_OFFSET..EQ_DB_OFFSET + 8).contains(&o) => (1usize, EQ_DB_OFFSET),
-            o => {
-                self.counters.doorbells_dropped += 1;
-                self.diagnose(
-                    Source::Doorbell,
-                    format!("doorbell page {page}"),
-                    "offset",
-                    o,
-                    format!("{DB_OFFSET:#x} (queue doorbell) or {EQ_DB_OFFSET:#x} (EQ doorbell)"),
-                );
-                return;
-            }
         };
-        let word = match (in_page - base, data.len()) {
-            (0, 8) => Some(u64::from_le_bytes(data.try_into().expect("length checked"))),
-            (0, 4) => {
-                self.doorbell_latch[page][register] =
-                    Some(u32::from_le_bytes(data.try_into().expect("length checked")));
-                None
-            }
-            (4, 4) => match self.doorbell_latch[page][register].take() {
-                Some(low) => {
-                    Some((u32::from_le_bytes(data.try_into().expect("length checked")) as u64) << 32 | low as u64)
+        self.probes.observe(Port::Doorbell, self.scheduler.now(), || {
+            let (target, number, value) = match request {
+                DoorbellRequest::QueuePair {
+                    qpn,
+                    queue: WorkQueue::Send,
+                    producer_index,
+                } => (DoorbellTarget::SendQueue, qpn, u64::from(producer_index)),
+                DoorbellRequest::QueuePair {
+                    qpn,
+                    queue: WorkQueue::Receive,
+                    producer_index,
+                } => (DoorbellTarget::ReceiveQueue, qpn, u64::from(producer_index)),
+                DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => {
+                    (DoorbellTarget::SharedReceiveQueue, srqn, u64::from(producer_index))
                 }
-                None => {
-                    self.counters.doorbells_dropped += 1;
-                    self.diagnose(
-                        Source::Doorbell,
-                        format!("doorbell page {page}"),
-                        "high half",
-                        0,
-                        "the low 32 bits written first",
-                    );
-                    None
-                }
-            },
-            (o, n) => {
-                self.counters.doorbells_dropped += 1;
-                self.diagnose(
-                    Source::Doorbell,
-                    format!("doorbell page {page}"),
-                    "access",
-                    o << 8 | n as u64,
-                    "one 8-byte store, or 4-byte stores to the low then high half",
-                );
-                None
-            }
-        };
-        let Some(word) = word else { return };
-        if register == 1 {
-            if page != 0 {
-                self.counters.doorbells_dropped += 1;
-                self.diagnose(
-                    Source::Doorbell,
-                    format!("doorbell page {page}"),
-                    "EQ doorbell",
-                    word,
-                    "EQ doorbells on the driver's page 0 only",
-                );
-                return;
-            }
-            self.eq_doorbell(word);
-        } else {
-            self.queue_doorbell(page as u32, word);
+                DoorbellRequest::CompletionQueue { cqn, word } => (DoorbellTarget::CompletionQueue, cqn, word),
+                DoorbellRequest::EventQueue { word } => (DoorbellTarget::EventQueue, 0, word),
+            };
+            Transaction::Doorbell { target, number, value }
+        });
+        match request {
+            DoorbellRequest::QueuePair {
+                qpn,
+                queue,
+                producer_index,
+            } => self.qp_doorbell(qpn, queue, producer_index),
+            DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => self.srq_doorbell(srqn, producer_index),
+            DoorbellRequest::CompletionQueue { cqn, word } => self.cq_doorbell(cqn, word),
+            DoorbellRequest::EventQueue { word } => self.eq_doorbell(word),
         }
     }
 }
@@ -743,16 +694,6 @@ impl Device {
 // ---- context access (host memory is the truth) ---------------------------------------
 
 impl Device {
-    /// Forgets the object addresses the context tables remember, the cached MPTs and the
-    /// cached page translations: the driver may have changed host BT pages or contexts
-    /// before any command or mailbox (see `hem`).
-    pub(crate) fn forget_context_caches(&mut self) {
-        self.contexts.forget(&mut self.bus);
-        self.cqs.forget_buffers();
-        self.mpt.forget();
-        self.translations.clear();
-    }
-
     /// Applies the QPs' recorded progress to their QPCs and writes the cached contexts
     /// that are newer than host memory back to it (see [`Contexts::write_back`]).
     ///
@@ -810,11 +751,6 @@ impl Device {
         self.mpt
             .check_access(&mut objects!(self), key, pd, address, length, needed)
     }
-
-    /// SEND with invalidate: the region of `rkey` in PD `pd` becomes FREE.
-    pub(crate) fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
-        self.mpt.invalidate(&mut objects!(self), rkey, pd)
-    }
 }
 
 impl Device {
@@ -845,12 +781,14 @@ impl Device {
     }
 
     /// An AEQE.
+    #[cfg(test)]
     pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
         self.eqs
             .post_async_event(&mut services!(self), event, sub_type, queue_number);
     }
 
     /// A mailbox-completion AEQE.
+    #[cfg(test)]
     pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
         self.eqs
             .post_mailbox_event(&mut services!(self), token, status, out_param);
@@ -906,7 +844,7 @@ impl Device {
     }
 
     /// A CQE for CQ `cqn`.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
         self.cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
     }
@@ -937,11 +875,6 @@ impl Device {
     pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
         self.srqs.doorbell(&mut objects!(self), srqn, producer_index);
     }
-
-    /// The next posted WQE of SRQ `srqn`, for the responder.
-    pub(crate) fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
-        self.srqs.take_wqe(&mut objects!(self), srqn)
-    }
 }
 
 impl Device {
@@ -950,7 +883,18 @@ impl Device {
     /// WQEs, so the flush covers them too).
     pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
         let transition = self.qps.modify(&mut qp_wiring!(self), qpn, context, mask)?;
-        self.transport_qp_modified(qpn, transition.from, transition.to, &transition.qpc);
+        self.probes
+            .observe(Port::QpState, self.scheduler.now(), || Transaction::QpState {
+                qpn,
+                from: transition.from,
+                to: transition.to,
+            });
+        self.transport.engine(transport_wiring!(self)).qp_modified(
+            qpn,
+            transition.from,
+            transition.to,
+            &transition.qpc,
+        );
         if transition.to == QpState::Err {
             self.qps
                 .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
@@ -963,26 +907,125 @@ impl Device {
         self.qps.query(&mut qp_wiring!(self), qpn)
     }
 
-    /// The transport moves QP `qpn` to ERR on its own account: the QP block writes the
-    /// state, the transport drops its WQEs, the QP block flushes.
-    pub(crate) fn qp_enter_error(&mut self, qpn: u32) {
-        let Some(transition) = self.qps.enter_error(&mut qp_wiring!(self), qpn) else {
-            return;
-        };
-        self.transport_qp_modified(qpn, transition.from, QpState::Err, &transition.qpc);
-        self.qps
-            .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
-    }
-
     /// An SQ or RQ doorbell: the QP block checks it; what it moved goes to the transport
     /// (or, for a QP in ERR, is flushed).
     pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
         match self.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
             DoorbellOutcome::Done => {}
             DoorbellOutcome::Flush { address, qpc } => self.qps.flush(&mut qp_wiring!(self), qpn, address, qpc),
-            DoorbellOutcome::SendQueue(producer_index) => self.transport_sq_doorbell(qpn, producer_index),
-            DoorbellOutcome::ReceiveQueue(producer_index) => self.transport_rq_doorbell(qpn, producer_index),
+            DoorbellOutcome::SendQueue(producer_index) => self
+                .transport
+                .engine(transport_wiring!(self))
+                .sq_doorbell(qpn, producer_index),
+            DoorbellOutcome::ReceiveQueue(producer_index) => self
+                .transport
+                .engine(transport_wiring!(self))
+                .rq_doorbell(qpn, producer_index),
         }
+    }
+}
+
+impl Device {
+    /// The mailbox at the head of the firmware's queue is due: the firmware reads it, the
+    /// top executes its object command on the block that owns the object, the firmware
+    /// completes it.
+    pub(crate) fn complete_mailbox(&mut self) {
+        let Some((post, opcode, command)) = self.firmware.start_mailbox(&mut firmware_wiring!(self)) else {
+            return;
+        };
+        let result = self.object_command(command);
+        self.probes
+            .observe(Port::Mailbox, self.scheduler.now(), || Transaction::Mailbox {
+                opcode,
+                tag: post.tag(),
+                status: match &result {
+                    Ok(_) => MailboxCompletion::Success,
+                    Err(rejection) => rejection.status,
+                },
+            });
+        self.firmware
+            .finish_mailbox(&mut firmware_wiring!(self), post, opcode, result);
+    }
+
+    /// Routes a mailbox's object command to its block; a query's answer as bytes.
+    fn object_command(&mut self, command: ObjectCommand) -> Result<Option<Vec<u8>>, Rejection> {
+        fn answer<L: Layout>(context: L) -> Option<Vec<u8>> {
+            Some(context.bytes().to_vec())
+        }
+        match command {
+            ObjectCommand::ModifyQp { qpn, context, mask } => self.modify_qp(qpn, *context, *mask).map(|()| None),
+            ObjectCommand::QueryQp { qpn } => self.query_qp(qpn).map(answer),
+            ObjectCommand::CreateMpt { index, mpt } => self.create_mpt(index, mpt).map(|()| None),
+            ObjectCommand::DestroyMpt { index } => self.destroy_mpt(index).map(|()| None),
+            ObjectCommand::QueryMpt { index } => self.query_mpt(index).map(answer),
+            ObjectCommand::CreateCq { cqn, cqc } => self.create_cq(cqn, cqc).map(|()| None),
+            ObjectCommand::ModifyCq { cqn, context, mask } => self.modify_cq(cqn, context, mask).map(|()| None),
+            ObjectCommand::QueryCq { cqn } => self.query_cq(cqn).map(answer),
+            ObjectCommand::DestroyCq { cqn } => self.destroy_cq(cqn).map(|()| None),
+            ObjectCommand::CreateSrq { srqn, srqc } => self.create_srq(srqn, srqc).map(|()| None),
+            ObjectCommand::ModifySrq { srqn, context, mask } => self.modify_srq(srqn, context, mask).map(|()| None),
+            ObjectCommand::QuerySrq { srqn } => self.query_srq(srqn).map(answer),
+            ObjectCommand::DestroySrq { srqn } => self.destroy_srq(srqn).map(|()| None),
+            ObjectCommand::CreateEq { eqn, kind, eqc } => self.create_eq(eqn, kind, eqc).map(|()| None),
+            ObjectCommand::ModifyEq {
+                eqn,
+                kind,
+                context,
+                mask,
+            } => self.modify_eq(eqn, kind, context, mask).map(|()| None),
+            ObjectCommand::QueryEq { eqn, kind } => self.query_eq(eqn, kind).map(answer),
+            ObjectCommand::DestroyEq { eqn, kind } => self.destroy_eq(eqn, kind).map(|()| None),
+        }
+    }
+
+    /// The next Ethernet frame (without FCS) the device has transmitted, if any.
+    #[inline]
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        let frame = self.transport.poll_transmit()?;
+        self.probes
+            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameOut(&frame));
+        Some(frame)
+    }
+
+    /// Delivers an Ethernet frame (without FCS) to the device's port now. The engines
+    /// process it when it has been through the receive pipeline (at once with zero
+    /// receive-side costs, e.g. the `ideal` preset).
+    pub fn receive_frame(&mut self, frame: &[u8]) {
+        self.probes
+            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameIn(frame));
+        self.transport.engine(transport_wiring!(self)).receive_frame(frame);
+    }
+
+    /// [`receive_frame`](Self::receive_frame) of a frame in a buffer the device may keep:
+    /// a frame that waits for the receive pipeline stays in it (no copy). Returns a buffer
+    /// for the caller to reuse: this one, or a spare from the device's pool.
+    pub fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
+        self.probes
+            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameIn(&frame));
+        self.transport
+            .engine(transport_wiring!(self))
+            .receive_frame_owned(frame)
+    }
+
+    /// Returns a buffer obtained from [`Device::poll_transmit`] for reuse, so the data
+    /// path does not allocate per packet.
+    pub fn recycle_frame(&mut self, buffer: Vec<u8>) {
+        self.transport.recycle_frame(buffer);
+    }
+
+    /// What the transport counted.
+    pub fn transport_counters(&self) -> TransportCounters {
+        self.transport.counters()
+    }
+
+    /// The GID table as configured by the driver.
+    pub fn gid_table(&self) -> &[Option<GidTableEntry>] {
+        self.port.gids()
+    }
+
+    /// The source-MAC table.
+    pub fn smac_table(&self) -> &[Option<[u8; 6]>] {
+        self.port.smacs()
     }
 }
 
@@ -1000,6 +1043,8 @@ struct Services<'a> {
     timing: &'a mut TimingModel,
     scheduler: &'a mut Scheduler<Event>,
     diagnostics: &'a mut DiagnosticLog,
+    /// The observers of the ports the top routes.
+    probes: &'a mut Probes,
 }
 
 impl Services<'_> {
@@ -1012,7 +1057,14 @@ impl Services<'_> {
             timing: self.timing,
             scheduler: self.scheduler,
             diagnostics: self.diagnostics,
+            probes: self.probes,
         }
+    }
+
+    /// Shows `port`'s transaction to its observer, if it has one.
+    #[inline]
+    fn observe<'t>(&mut self, port: Port, describe: impl FnOnce() -> Transaction<'t>) {
+        self.probes.observe(port, self.scheduler.now(), describe);
     }
 
     #[inline]
@@ -1029,6 +1081,19 @@ impl Services<'_> {
             value,
             expected,
         });
+    }
+}
+
+impl crate::doorbell::Io for Services<'_> {
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        Services::diagnose(self, source, object.into(), field, value, expected.into());
     }
 }
 
@@ -1070,6 +1135,17 @@ struct Objects<'a> {
 }
 
 impl Objects<'_> {
+    /// An AEQE request to the event block, shown to the event port's observer.
+    fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        self.services.observe(Port::Event, || Transaction::AsyncEvent {
+            event,
+            sub_type,
+            queue_number,
+        });
+        self.eqs
+            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
+    }
+
     /// The same borrows, for a call into a block below.
     #[inline]
     fn reborrow(&mut self) -> Objects<'_> {
@@ -1134,11 +1210,301 @@ impl crate::qp::Io for QpWiring<'_> {
     }
 
     fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
-        let _ = self.cqs.post_cqe(&mut self.objects.reborrow(), cqn, cqe, solicited);
+        let _ = self.post_cqe_observed(cqn, cqe, solicited);
     }
 
     fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
         crate::cq::Io::async_event(&mut self.objects, event, sub_type, queue_number);
+    }
+}
+
+/// What the firmware is bound to: the services, the context block (caches, tables), the
+/// event block (abnormal interrupt, mailbox events, FUNC_CLEAR), the caches of the CQ and
+/// MPT blocks it forgets, the port's address tables, and the top's FATAL register.
+struct FirmwareWiring<'a> {
+    services: Services<'a>,
+    contexts: &'a mut Contexts,
+    eqs: &'a mut EventQueues,
+    cqs: &'a mut CompletionQueues,
+    mpt: &'a mut MemoryProtection,
+    addresses: &'a mut PortAddresses,
+    registers: &'a mut ControlRegisters,
+}
+
+impl crate::firmware::Io for FirmwareWiring<'_> {
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.services.bus.read(address, buffer)
+    }
+
+    #[inline]
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.services.bus.write(address, data)
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    fn schedule_in(&mut self, delay: Picoseconds, timer: FirmwareTimer) {
+        self.services.scheduler.schedule_in(delay, Event::Firmware(timer));
+    }
+
+    fn raise_abnormal(&mut self, bits: u32) {
+        self.eqs.raise_abnormal(bits);
+    }
+
+    fn set_fatal(&mut self) {
+        self.registers.fatal = true;
+    }
+
+    fn forget_caches(&mut self) {
+        self.contexts.forget(self.services.bus);
+        self.cqs.forget_buffers();
+        self.mpt.forget();
+        self.services.translation.clear();
+    }
+
+    fn write_back_contexts(&mut self) {
+        self.contexts.write_back(self.services.bus);
+    }
+
+    fn context_slots_in_use(&self) -> usize {
+        self.contexts.slots_in_use().iter().sum()
+    }
+
+    fn configure_context_tables(
+        &mut self,
+        attributes: [ContextTableAttributes; 4],
+    ) -> Result<(), (ContextTableId, HemError)> {
+        self.contexts.configure(attributes)
+    }
+
+    fn base_address_table(
+        &mut self,
+        table: ContextTableId,
+        command: BtCommand,
+        level: u8,
+        index: u32,
+        address: u64,
+    ) -> Result<Option<u64>, Rejection> {
+        self.contexts
+            .base_address_table(self.services.bus, table, command, level, index, address)
+    }
+
+    fn clear_function(&mut self) {
+        self.contexts.clear_tables();
+        self.eqs.clear();
+    }
+
+    fn mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
+        self.services
+            .observe(Port::Event, || Transaction::MailboxEvent { token, status });
+        self.eqs
+            .post_mailbox_event(&mut self.services.reborrow(), token, status, out_param);
+    }
+
+    fn addresses(&mut self) -> &mut PortAddresses {
+        self.addresses
+    }
+}
+
+impl QpWiring<'_> {
+    /// A CQE to the CQ block, shown to the completion port's observer.
+    #[inline]
+    fn post_cqe_observed(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
+        let result = self.cqs.post_cqe(&mut self.objects.reborrow(), cqn, cqe, solicited);
+        self.objects.services.observe(Port::Completion, || Transaction::Cqe {
+            cqn,
+            cqe: &cqe,
+            solicited,
+            written: result.is_ok(),
+        });
+        result
+    }
+
+    /// The same borrows, for a call into a block below.
+    #[inline]
+    fn reborrow(&mut self) -> QpWiring<'_> {
+        QpWiring {
+            objects: self.objects.reborrow(),
+            cqs: self.cqs,
+            srqs: self.srqs,
+        }
+    }
+}
+
+/// What the transport is bound to: everything below it (the QP block and what the QP
+/// block is bound to, the memory-protection block).
+struct TransportWiring<'a> {
+    qp: QpWiring<'a>,
+    mpt: &'a mut MemoryProtection,
+    qps: &'a mut QueuePairs,
+    port: &'a PortAddresses,
+}
+
+impl crate::transport::Io for TransportWiring<'_> {
+    #[inline]
+    fn now(&self) -> Picoseconds {
+        self.qp.objects.services.scheduler.now()
+    }
+
+    #[inline]
+    fn port(&self) -> &PortAddresses {
+        self.port
+    }
+
+    #[inline]
+    fn timing(&mut self) -> &mut TimingModel {
+        self.qp.objects.services.timing
+    }
+
+    #[inline]
+    fn schedule_at(&mut self, at: Picoseconds, timer: TransportTimer) {
+        self.qp
+            .objects
+            .services
+            .scheduler
+            .schedule_at(at, Event::Transport(timer));
+    }
+
+    fn schedule_in(&mut self, delay: Picoseconds, timer: TransportTimer) {
+        self.qp
+            .objects
+            .services
+            .scheduler
+            .schedule_in(delay, Event::Transport(timer));
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.qp
+            .objects
+            .services
+            .diagnose(source, object.into(), field, value, expected.into());
+    }
+
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.qp.objects.services.bus.read(address, buffer)
+    }
+
+    #[inline]
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.qp.objects.services.bus.write(address, data)
+    }
+
+    #[inline]
+    fn read_buffer(
+        &mut self,
+        mtr: &Mtr,
+        offset: u64,
+        first_bus: Option<u64>,
+        buffer: &mut [u8],
+    ) -> Result<(), DmaFault> {
+        let services = &mut self.qp.objects.services;
+        crate::mtt::read_buffer(services.translation, services.bus, mtr, offset, first_bus, buffer)
+    }
+
+    #[inline]
+    fn write_buffer(&mut self, mtr: &Mtr, offset: u64, first_bus: Option<u64>, data: &[u8]) -> Result<(), DmaFault> {
+        let services = &mut self.qp.objects.services;
+        crate::mtt::write_buffer(services.translation, services.bus, mtr, offset, first_bus, data)
+    }
+
+    #[inline]
+    fn record_progress(&mut self, qpn: u32, progress: QpcProgress) {
+        self.qp.objects.contexts.record_progress(qpn, progress);
+    }
+
+    #[inline]
+    fn check_memory_access(
+        &mut self,
+        key: u32,
+        pd: u32,
+        address: u64,
+        length: u64,
+        needed: MrAccess,
+    ) -> Result<MrTranslation, MrAccessError> {
+        let result = self
+            .mpt
+            .check_access(&mut self.qp.objects.reborrow(), key, pd, address, length, needed);
+        self.qp
+            .objects
+            .services
+            .observe(Port::AccessCheck, || Transaction::AccessCheck {
+                key,
+                pd,
+                address,
+                length,
+                needed: needed.bits(),
+                granted: result.is_ok(),
+            });
+        result
+    }
+
+    fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
+        let result = self.mpt.invalidate(&mut self.qp.objects.reborrow(), rkey, pd);
+        self.qp
+            .objects
+            .services
+            .observe(Port::AccessCheck, || Transaction::Invalidate {
+                rkey,
+                done: result.is_ok(),
+            });
+        result
+    }
+
+    fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
+        let taken = self.qp.srqs.take_wqe(&mut self.qp.objects.reborrow(), srqn);
+        self.qp
+            .objects
+            .services
+            .observe(Port::ReceiveWqe, || Transaction::ReceiveWqe {
+                srqn,
+                slot: taken.map(|wqe| wqe.slot),
+            });
+        taken
+    }
+
+    #[inline]
+    fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
+        self.qp.post_cqe_observed(cqn, cqe, solicited)
+    }
+
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        crate::cq::Io::async_event(&mut self.qp.objects, event, sub_type, queue_number);
+    }
+
+    fn qp_enter_error(&mut self, qpn: u32) -> Option<crate::qp::Transition> {
+        let transition = self.qps.enter_error(&mut self.qp.reborrow(), qpn)?;
+        self.qp
+            .objects
+            .services
+            .observe(Port::QpState, || Transaction::QpState {
+                qpn,
+                from: transition.from,
+                to: transition.to,
+            });
+        Some(transition)
+    }
+
+    fn qp_flush(&mut self, qpn: u32, address: u64, qpc: Qpc) {
+        self.qps.flush(&mut self.qp.reborrow(), qpn, address, qpc);
     }
 }
 
@@ -1224,12 +1590,13 @@ impl crate::cq::Io for Objects<'_> {
 
     #[inline]
     fn completion_event(&mut self, ceqn: u32, cqn: u32) {
+        self.services
+            .observe(Port::Event, || Transaction::CompletionEvent { ceqn, cqn });
         self.eqs.post_completion_event(&mut self.services.reborrow(), ceqn, cqn);
     }
 
     fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        self.eqs
-            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
+        self.post_async_event(event, sub_type, queue_number);
     }
 }
 
@@ -1267,8 +1634,7 @@ impl crate::srq::Io for Objects<'_> {
     }
 
     fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        self.eqs
-            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
+        self.post_async_event(event, sub_type, queue_number);
     }
 }
 
@@ -1316,5 +1682,42 @@ mod tests {
             0,
             "the reset cleared it; the fork's write stayed there"
         );
+    }
+
+    #[test]
+    fn an_observer_on_a_port_sees_what_crosses_it_and_nothing_else() {
+        use crate::probe::Recorder;
+        let memory: Arc<dyn HostMemory> = Arc::new(PagedMemory::new());
+        let mut device = Device::new(DeviceConfig::default(), memory, Box::new(RecordingSink::new()));
+        let command = rnic_firmware_if::pci::COMMAND_MEMORY_SPACE;
+        device.config_write(rnic_firmware_if::pci::offset::COMMAND, &command.to_le_bytes());
+        let doorbells = Recorder::new();
+        let frames = Recorder::new();
+        assert!(device
+            .attach_observer(Port::Doorbell, Some(Box::new(doorbells.clone())))
+            .is_none());
+        device.attach_observer(Port::Network, Some(Box::new(frames.clone())));
+        device.advance_to(Picoseconds(5));
+        // An SQ doorbell for QP 7, producer index 3, as one 64-bit store to page 1.
+        let word = rnic_firmware_if::doorbell::Doorbell::sq(7, 3, 0);
+        let page = regs::DOORBELL_PAGE_SIZE;
+        let offset = page + rnic_firmware_if::doorbell::DB_OFFSET;
+        device.bar_write(regs::DOORBELL_BAR, offset, &word.as_u64().to_le_bytes());
+        // A half doorbell is no transaction: only the high half completes one.
+        device.bar_write(regs::DOORBELL_BAR, offset, &[0; 4]);
+        device.receive_frame(&[0xAB; 20]);
+        assert_eq!(
+            doorbells.seen(),
+            vec![(
+                Picoseconds(5),
+                "Doorbell { target: SendQueue, number: 7, value: 3 }".to_string()
+            )]
+        );
+        assert_eq!(frames.seen().len(), 1, "the received frame");
+        assert!(frames.seen()[0].1.starts_with("FrameIn([171, 171"));
+        // Taken off, the observer sees no more.
+        assert!(device.attach_observer(Port::Doorbell, None).is_some());
+        device.bar_write(regs::DOORBELL_BAR, offset, &word.as_u64().to_le_bytes());
+        assert_eq!(doorbells.seen().len(), 1);
     }
 }

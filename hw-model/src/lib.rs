@@ -31,6 +31,7 @@ pub mod memory;
 pub mod mpt;
 pub mod mtt;
 pub mod pci;
+pub mod port;
 pub mod probe;
 pub mod qp;
 pub mod srq;

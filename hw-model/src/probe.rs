@@ -20,18 +20,69 @@ pub enum Port {
     /// CQEs, EQEs, mailboxes and the command ring). The BT walks of the context tables and
     /// of the MTT read host memory on their own and are not shown.
     Bus,
+    /// Decoded doorbells, from the doorbell block to the block owning the queue.
+    Doorbell,
+    /// Mailbox object commands, from the firmware to the block owning the object, with
+    /// the block's answer.
+    Mailbox,
+    /// QP state changes, from the QP block to the transport.
+    QpState,
+    /// Memory-region access checks and key invalidations, from the transport to memory
+    /// protection, with the answer.
+    AccessCheck,
+    /// Receive WQEs the responder takes from an SRQ.
+    ReceiveWqe,
+    /// CQEs, from the transport and the QP block (flushes) to the CQ block.
+    Completion,
+    /// Event requests to the event block: CEQEs, AEQEs and mailbox completions.
+    Event,
+    /// Frames crossing the network port (received, and handed out to the fabric).
+    Network,
 }
 
 impl Port {
     /// Every port, in a fixed order.
-    pub const ALL: &'static [Port] = &[Port::Bus];
+    pub const ALL: [Port; 9] = [
+        Port::Bus,
+        Port::Doorbell,
+        Port::Mailbox,
+        Port::QpState,
+        Port::AccessCheck,
+        Port::ReceiveWqe,
+        Port::Completion,
+        Port::Event,
+        Port::Network,
+    ];
 
     /// The port's name in traces.
     pub const fn name(self) -> &'static str {
         match self {
             Port::Bus => "bus",
+            Port::Doorbell => "doorbell",
+            Port::Mailbox => "mailbox",
+            Port::QpState => "qp-state",
+            Port::AccessCheck => "access-check",
+            Port::ReceiveWqe => "receive-wqe",
+            Port::Completion => "completion",
+            Port::Event => "event",
+            Port::Network => "network",
         }
     }
+}
+
+/// The queue a doorbell names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoorbellTarget {
+    /// A QP's send queue.
+    SendQueue,
+    /// A QP's receive queue.
+    ReceiveQueue,
+    /// An SRQ.
+    SharedReceiveQueue,
+    /// A CQ (set-CI or arm).
+    CompletionQueue,
+    /// An EQ.
+    EventQueue,
 }
 
 /// What crossed a port.
@@ -61,6 +112,100 @@ pub enum Transaction<'a> {
         /// Whether it was a write.
         write: bool,
     },
+    /// A decoded doorbell.
+    Doorbell {
+        /// The kind of queue.
+        target: DoorbellTarget,
+        /// Its number (QPN, SRQN, CQN; 0 for the EQ doorbell, whose word names the EQ).
+        number: u32,
+        /// The new producer index (SQ, RQ, SRQ) or the doorbell word (CQ, EQ).
+        value: u64,
+    },
+    /// A mailbox's object command and the status its block answered.
+    Mailbox {
+        /// The mailbox opcode.
+        opcode: rnic_firmware_if::mailbox::MailboxOpcode,
+        /// The object number (mailbox tag).
+        tag: u32,
+        /// The block's answer.
+        status: rnic_firmware_if::mailbox::MailboxCompletion,
+    },
+    /// A QP changed state.
+    QpState {
+        /// The QP.
+        qpn: u32,
+        /// Its state before.
+        from: rnic_firmware_if::context::QpState,
+        /// Its state now.
+        to: rnic_firmware_if::context::QpState,
+    },
+    /// An access check of a memory-region key.
+    AccessCheck {
+        /// The key.
+        key: u32,
+        /// The QP's protection domain.
+        pd: u32,
+        /// First byte (IOVA).
+        address: u64,
+        /// Bytes.
+        length: u64,
+        /// The rights needed (`mpt::MrAccess` bits).
+        needed: u8,
+        /// Whether the access was granted.
+        granted: bool,
+    },
+    /// A SEND with invalidate freed (or failed to free) the region of a key.
+    Invalidate {
+        /// The key.
+        rkey: u32,
+        /// Whether the region was invalidated.
+        done: bool,
+    },
+    /// The responder took (or found no) receive WQE of an SRQ.
+    ReceiveWqe {
+        /// The SRQ.
+        srqn: u32,
+        /// The WQE slot taken, if any.
+        slot: Option<u16>,
+    },
+    /// A CQE for a CQ (owner bit not yet set), and whether the CQ took it.
+    Cqe {
+        /// The CQ.
+        cqn: u32,
+        /// The CQE.
+        cqe: &'a rnic_firmware_if::cqe::Cqe,
+        /// The solicited-event bit of the completed request.
+        solicited: bool,
+        /// Whether the CQ block wrote it.
+        written: bool,
+    },
+    /// A request for a CEQE naming a CQ.
+    CompletionEvent {
+        /// The CEQ.
+        ceqn: u32,
+        /// The CQ.
+        cqn: u32,
+    },
+    /// A request for an AEQE.
+    AsyncEvent {
+        /// The event type.
+        event: rnic_firmware_if::event::AsyncEventType,
+        /// Its sub-type.
+        sub_type: u8,
+        /// The queue it is about.
+        queue_number: u32,
+    },
+    /// A request for a mailbox-completion AEQE.
+    MailboxEvent {
+        /// The mailbox token.
+        token: u16,
+        /// Its completion status.
+        status: u8,
+    },
+    /// A frame the port received.
+    FrameIn(&'a [u8]),
+    /// A frame the port handed out to the network.
+    FrameOut(&'a [u8]),
 }
 
 impl Transaction<'_> {
@@ -68,6 +213,16 @@ impl Transaction<'_> {
     pub const fn port(&self) -> Port {
         match self {
             Transaction::DmaRead { .. } | Transaction::DmaWrite { .. } | Transaction::DmaError { .. } => Port::Bus,
+            Transaction::Doorbell { .. } => Port::Doorbell,
+            Transaction::Mailbox { .. } => Port::Mailbox,
+            Transaction::QpState { .. } => Port::QpState,
+            Transaction::AccessCheck { .. } | Transaction::Invalidate { .. } => Port::AccessCheck,
+            Transaction::ReceiveWqe { .. } => Port::ReceiveWqe,
+            Transaction::Cqe { .. } => Port::Completion,
+            Transaction::CompletionEvent { .. } | Transaction::AsyncEvent { .. } | Transaction::MailboxEvent { .. } => {
+                Port::Event
+            }
+            Transaction::FrameIn(_) | Transaction::FrameOut(_) => Port::Network,
         }
     }
 }
@@ -111,6 +266,26 @@ impl Probe {
         if let Some(observer) = self.observer.as_mut() {
             observer.observe(at, &describe());
         }
+    }
+}
+
+/// The observer slots of the ports the top routes (every port but the bus, whose slot is
+/// the bus's own).
+#[derive(Debug, Default)]
+pub(crate) struct Probes {
+    slots: [Probe; Port::ALL.len()],
+}
+
+impl Probes {
+    /// The slot of `port`.
+    pub fn slot(&mut self, port: Port) -> &mut Probe {
+        &mut self.slots[port as usize]
+    }
+
+    /// Shows `port`'s transaction (built only when an observer is attached).
+    #[inline]
+    pub fn observe<'a>(&mut self, port: Port, at: Picoseconds, describe: impl FnOnce() -> Transaction<'a>) {
+        self.slots[port as usize].observe(at, describe);
     }
 }
 

@@ -1,50 +1,224 @@
-//! Doorbells: decode the 64-bit word written at offset 0x230 of a doorbell page and hand
-//! it to the engine that owns the named queue. SQ and RQ doorbells move QP producer
-//! indices, SRQ doorbells the SRQ index-queue producer, CQ doorbells the CQ consumer
-//! index and arming. (EQ doorbells at 0x238 go to [`crate::eq`].)
+//! Doorbells: the BAR2 decoder. It takes the 64-bit word written at offset 0x230 of a
+//! doorbell page (a queue doorbell) or at 0x238 of page 0 (the EQ doorbell), as one
+//! 8-byte store or two 4-byte stores (low half first; the high half commits), and turns
+//! it into a [`DoorbellRequest`] for the block that owns the named queue: SQ and RQ
+//! doorbells move QP producer indices, SRQ doorbells the SRQ index-queue producer, CQ
+//! doorbells the CQ consumer index and arming, the EQ doorbell an EQ's consumer index.
+//!
+//! The block ([`Doorbells`]) owns the latched low halves and counts the doorbells it
+//! drops; the top routes each request. It needs nothing but diagnostics ([`Io`]).
 
-use rnic_firmware_if::doorbell::{Doorbell, DoorbellCommand};
+use rnic_firmware_if::doorbell::{Doorbell, DoorbellCommand, DB_OFFSET, EQ_DB_OFFSET};
+use rnic_firmware_if::regs;
 
-use crate::device::Device;
 use crate::diagnostics::Source;
 use crate::qp::WorkQueue;
 
-impl Device {
-    /// A queue doorbell written to doorbell page `page`.
-    pub(crate) fn queue_doorbell(&mut self, page: u32, word: u64) {
+/// What the doorbell block needs from the rest of the device.
+pub(crate) trait Io {
+    /// Records a diagnostic.
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    );
+}
+
+/// A decoded doorbell, for the block that owns the queue it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DoorbellRequest {
+    /// SQ (command 0) or RQ (command 1) doorbell: to the QP block.
+    QueuePair {
+        /// The QP.
+        qpn: u32,
+        /// Which of its queues.
+        queue: WorkQueue,
+        /// The new producer index.
+        producer_index: u16,
+    },
+    /// SRQ doorbell (command 2): to the SRQ block.
+    SharedReceiveQueue {
+        /// The SRQ.
+        srqn: u32,
+        /// The new index-queue producer index.
+        producer_index: u16,
+    },
+    /// CQ set-CI (3) or arm (4) doorbell: to the CQ block.
+    CompletionQueue {
+        /// The CQ.
+        cqn: u32,
+        /// The doorbell word.
+        word: u64,
+    },
+    /// EQ doorbell: to the event block.
+    EventQueue {
+        /// The doorbell word.
+        word: u64,
+    },
+}
+
+/// The doorbell decoder.
+#[derive(Debug, Clone)]
+pub(crate) struct Doorbells {
+    /// Low halves of 64-bit doorbells written as two 32-bit stores, per page and register
+    /// (the queue doorbell, the EQ doorbell).
+    latch: Vec<[Option<u32>; 2]>,
+    /// Doorbells dropped while decoding (bad page, offset, access or command).
+    dropped: u64,
+}
+
+impl Doorbells {
+    /// The decoder of `pages` doorbell pages.
+    pub fn new(pages: usize) -> Self {
+        Self {
+            latch: vec![[None; 2]; pages],
+            dropped: 0,
+        }
+    }
+
+    /// Forgets every latched low half (function reset).
+    pub fn reset(&mut self) {
+        for latch in &mut self.latch {
+            *latch = [None; 2];
+        }
+    }
+
+    /// Doorbells dropped while decoding, since power-on.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// A write of `data` at `offset` of the doorbell BAR; the request it completes, if
+    /// any.
+    pub fn write(&mut self, io: &mut impl Io, offset: u64, data: &[u8]) -> Option<DoorbellRequest> {
+        let page = (offset / regs::DOORBELL_PAGE_SIZE) as usize;
+        let in_page = offset % regs::DOORBELL_PAGE_SIZE;
+        if page >= self.latch.len() {
+            self.dropped += 1;
+            io.diagnose(
+                Source::Doorbell,
+                format!("doorbell page {page}"),
+                "page",
+                page as u64,
+                format!("a page below {}", self.latch.len()),
+            );
+            return None;
+        }
+        let (register, base) = match in_page {
+            o if (DB_OFFSET..DB_OFFSET + 8).contains(&o) => (0usize, DB_OFFSET),
+            o if (EQ_DB_OFFSET..EQ_DB_OFFSET + 8).contains(&o) => (1usize, EQ_DB_OFFSET),
+            o => {
+                self.dropped += 1;
+                io.diagnose(
+                    Source::Doorbell,
+                    format!("doorbell page {page}"),
+                    "offset",
+                    o,
+                    format!("{DB_OFFSET:#x} (queue doorbell) or {EQ_DB_OFFSET:#x} (EQ doorbell)"),
+                );
+                return None;
+            }
+        };
+        let word = match (in_page - base, data.len()) {
+            (0, 8) => Some(u64::from_le_bytes(data.try_into().expect("length checked"))),
+            (0, 4) => {
+                self.latch[page][register] = Some(u32::from_le_bytes(data.try_into().expect("length checked")));
+                None
+            }
+            (4, 4) => match self.latch[page][register].take() {
+                Some(low) => {
+                    Some((u32::from_le_bytes(data.try_into().expect("length checked")) as u64) << 32 | low as u64)
+                }
+                None => {
+                    self.dropped += 1;
+                    io.diagnose(
+                        Source::Doorbell,
+                        format!("doorbell page {page}"),
+                        "high half",
+                        0,
+                        "the low 32 bits written first",
+                    );
+                    None
+                }
+            },
+            (o, n) => {
+                self.dropped += 1;
+                io.diagnose(
+                    Source::Doorbell,
+                    format!("doorbell page {page}"),
+                    "access",
+                    o << 8 | n as u64,
+                    "one 8-byte store, or 4-byte stores to the low then high half",
+                );
+                None
+            }
+        };
+        let word = word?;
+        if register == 1 {
+            if page != 0 {
+                self.dropped += 1;
+                io.diagnose(
+                    Source::Doorbell,
+                    format!("doorbell page {page}"),
+                    "EQ doorbell",
+                    word,
+                    "EQ doorbells on the driver's page 0 only",
+                );
+                return None;
+            }
+            return Some(DoorbellRequest::EventQueue { word });
+        }
+        self.queue_doorbell(io, page as u32, word)
+    }
+
+    fn queue_doorbell(&mut self, io: &mut impl Io, page: u32, word: u64) -> Option<DoorbellRequest> {
         let doorbell = Doorbell::from_u64(word);
         let tag = doorbell.tag();
         if doorbell.flag() {
-            self.counters.doorbells_dropped += 1;
-            self.diagnose(
+            self.dropped += 1;
+            io.diagnose(
                 Source::Doorbell,
                 format!("doorbell page {page}"),
                 "FLAG",
                 1,
                 "0 (direct WQE is not supported)",
             );
-            return;
+            return None;
         }
         let command = match DoorbellCommand::try_from(doorbell.command()) {
             Ok(command) => command,
             Err(_) => {
-                self.counters.doorbells_dropped += 1;
-                self.diagnose(
+                self.dropped += 1;
+                io.diagnose(
                     Source::Doorbell,
                     format!("doorbell page {page}"),
                     "CMD",
                     doorbell.command() as u64,
                     "0 SQ, 1 RQ, 2 SRQ, 3 CQ set-CI, 4 CQ arm",
                 );
-                return;
+                return None;
             }
         };
         tracing::trace!(target: "rnic::doorbell", page, ?command, tag, "doorbell");
-        match command {
-            DoorbellCommand::Sq => self.qp_doorbell(tag, WorkQueue::Send, doorbell.producer_index()),
-            DoorbellCommand::Rq => self.qp_doorbell(tag, WorkQueue::Receive, doorbell.producer_index()),
-            DoorbellCommand::Srq => self.srq_doorbell(tag, doorbell.producer_index()),
-            DoorbellCommand::CqSetCi | DoorbellCommand::CqArm => self.cq_doorbell(tag, word),
-        }
+        Some(match command {
+            DoorbellCommand::Sq => DoorbellRequest::QueuePair {
+                qpn: tag,
+                queue: WorkQueue::Send,
+                producer_index: doorbell.producer_index(),
+            },
+            DoorbellCommand::Rq => DoorbellRequest::QueuePair {
+                qpn: tag,
+                queue: WorkQueue::Receive,
+                producer_index: doorbell.producer_index(),
+            },
+            DoorbellCommand::Srq => DoorbellRequest::SharedReceiveQueue {
+                srqn: tag,
+                producer_index: doorbell.producer_index(),
+            },
+            DoorbellCommand::CqSetCi | DoorbellCommand::CqArm => DoorbellRequest::CompletionQueue { cqn: tag, word },
+        })
     }
 }

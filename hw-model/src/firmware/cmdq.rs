@@ -9,8 +9,7 @@ use rnic_firmware_if::cmdq::{
 use rnic_firmware_if::mailbox::{ContextTable, MailboxStatus, PostMailbox};
 use rnic_firmware_if::regs;
 
-use super::{GidTableEntry, MAILBOX_QUEUE_DEPTH};
-use crate::device::{Device, Event};
+use super::{Firmware, GidTableEntry, Io, Timer, MAILBOX_QUEUE_DEPTH};
 use crate::diagnostics::Source;
 use crate::hem::ContextTableAttributes;
 use crate::time::Picoseconds;
@@ -18,13 +17,13 @@ use crate::time::Picoseconds;
 /// Longest chain of NEXT descriptors the firmware follows.
 const MAX_CHAIN: usize = 8;
 
-impl Device {
+impl Firmware {
     /// A write to one of the CSQ registers.
-    pub(crate) fn command_queue_register_write(&mut self, offset: u64, value: u32) {
+    pub(crate) fn command_queue_register_write(&mut self, io: &mut impl Io, offset: u64, value: u32) {
         let busy = self.cmdq.producer_index != self.cmdq.consumer_index;
         match offset {
             regs::CSQ_BASE_LOW | regs::CSQ_BASE_HIGH | regs::CSQ_DEPTH if busy => {
-                self.diagnose(
+                io.diagnose(
                     Source::CommandQueue,
                     "command queue",
                     "CSQ_BASE/CSQ_DEPTH",
@@ -34,7 +33,7 @@ impl Device {
             }
             regs::CSQ_BASE_LOW => {
                 if value & (DESCRIPTOR_SIZE as u32 - 1) != 0 {
-                    self.diagnose(
+                    io.diagnose(
                         Source::CommandQueue,
                         "command queue",
                         "CSQ_BASE_LOW",
@@ -48,7 +47,7 @@ impl Device {
             regs::CSQ_DEPTH => {
                 let depth = value as u64 * RING_DEPTH_UNIT as u64;
                 if depth == 0 || depth > MAX_RING_DEPTH as u64 {
-                    self.diagnose(
+                    io.diagnose(
                         Source::CommandQueue,
                         "command queue",
                         "CSQ_DEPTH",
@@ -62,7 +61,7 @@ impl Device {
             }
             regs::CSQ_CONSUMER_INDEX => {
                 if busy {
-                    self.diagnose(
+                    io.diagnose(
                         Source::CommandQueue,
                         "command queue",
                         "CSQ_CONSUMER_INDEX",
@@ -70,7 +69,7 @@ impl Device {
                         "CI written only while the ring is idle",
                     );
                 } else if value >= self.cmdq.depth().max(1) {
-                    self.diagnose(
+                    io.diagnose(
                         Source::CommandQueue,
                         "command queue",
                         "CSQ_CONSUMER_INDEX",
@@ -82,47 +81,47 @@ impl Device {
                     self.cmdq.producer_index = value;
                 }
             }
-            regs::CSQ_PRODUCER_INDEX => self.command_queue_producer_write(value),
+            regs::CSQ_PRODUCER_INDEX => self.command_queue_producer_write(io, value),
             _ => unreachable!("caller dispatches CSQ offsets only"),
         }
     }
 
-    fn command_queue_producer_write(&mut self, value: u32) {
+    fn command_queue_producer_write(&mut self, io: &mut impl Io, value: u32) {
         let depth = self.cmdq.depth();
         if depth == 0 || self.cmdq.base == 0 {
-            self.diagnose(
+            io.diagnose(
                 Source::CommandQueue,
                 "command queue",
                 "CSQ_PRODUCER_INDEX",
                 value as u64,
                 "CSQ_BASE and CSQ_DEPTH programmed before the producer index",
             );
-            self.raise_abnormal(regs::ABNORMAL_CMDQ_FATAL);
+            io.raise_abnormal(regs::ABNORMAL_CMDQ_FATAL);
             return;
         }
         if value >= depth {
-            self.diagnose(
+            io.diagnose(
                 Source::CommandQueue,
                 "command queue",
                 "CSQ_PRODUCER_INDEX",
                 value as u64,
                 format!("an index below the ring depth {depth}"),
             );
-            self.raise_abnormal(regs::ABNORMAL_CMDQ_FATAL);
+            io.raise_abnormal(regs::ABNORMAL_CMDQ_FATAL);
             return;
         }
         self.cmdq.producer_index = value;
         if !self.cmdq.scheduled && value != self.cmdq.consumer_index {
             self.cmdq.scheduled = true;
-            let delay = Picoseconds(self.config.timing.firmware_command_ps);
-            self.scheduler.schedule_in(delay, Event::CommandQueue);
+            let delay = Picoseconds(self.identity.command_ps);
+            io.schedule_in(delay, Timer::CommandQueue);
         }
     }
 
     /// Executes the command at the consumer index, then schedules the next one.
-    pub(crate) fn process_command_queue(&mut self) {
+    pub(crate) fn process_command_queue(&mut self, io: &mut impl Io) {
         self.cmdq.scheduled = false;
-        self.forget_context_caches();
+        io.forget_caches();
         let depth = self.cmdq.depth();
         if depth == 0 || self.cmdq.producer_index == self.cmdq.consumer_index {
             return;
@@ -134,16 +133,16 @@ impl Device {
             let slot = (self.cmdq.consumer_index + chain.len() as u32) % depth;
             let address = self.cmdq.base.wrapping_add(slot as u64 * DESCRIPTOR_SIZE as u64);
             let mut descriptor = Descriptor::zeroed();
-            if let Err(error) = self.dma_read(address, descriptor.bytes_mut()) {
-                self.diagnose(
+            if let Err(error) = io.dma_read(address, descriptor.bytes_mut()) {
+                io.diagnose(
                     Source::CommandQueue,
                     format!("cmdq descriptor {slot}"),
                     "CSQ_BASE",
                     self.cmdq.base,
                     format!("a ring in mapped host memory ({error})"),
                 );
-                self.registers.fatal = true;
-                self.raise_abnormal(regs::ABNORMAL_CMDQ_FATAL);
+                io.set_fatal();
+                io.raise_abnormal(regs::ABNORMAL_CMDQ_FATAL);
                 return;
             }
             let more = descriptor.flags().contains(DescriptorFlags::NEXT);
@@ -155,7 +154,7 @@ impl Device {
         }
         let chain_broken = chain.last().is_some_and(|d| d.flags().contains(DescriptorFlags::NEXT));
         let code = if chain_broken {
-            self.diagnose(
+            io.diagnose(
                 Source::CommandQueue,
                 format!("cmdq descriptor {}", self.cmdq.consumer_index),
                 "FLAG.NEXT",
@@ -164,23 +163,23 @@ impl Device {
             );
             ReturnCode::NextError
         } else {
-            self.execute_command(&mut chain)
+            self.execute_command(io, &mut chain)
         };
         // The command's context changes reach host memory before it completes.
-        self.write_back_contexts();
+        io.write_back_contexts();
         for (descriptor, address) in chain.iter_mut().zip(&slots) {
             descriptor.set_return_value(code as u16);
             descriptor.set_flags_raw(descriptor.flags_raw() | DescriptorFlags::OUT.bits());
-            if let Err(error) = self.dma_write(*address, descriptor.bytes()) {
-                self.diagnose(
+            if let Err(error) = io.dma_write(*address, descriptor.bytes()) {
+                io.diagnose(
                     Source::CommandQueue,
                     "command queue",
                     "CSQ_BASE",
                     self.cmdq.base,
                     format!("a writable ring ({error})"),
                 );
-                self.registers.fatal = true;
-                self.raise_abnormal(regs::ABNORMAL_CMDQ_FATAL);
+                io.set_fatal();
+                io.raise_abnormal(regs::ABNORMAL_CMDQ_FATAL);
                 return;
             }
         }
@@ -188,16 +187,16 @@ impl Device {
         self.cmdq.consumer_index = (self.cmdq.consumer_index + chain.len() as u32) % depth;
         if self.cmdq.consumer_index != self.cmdq.producer_index {
             self.cmdq.scheduled = true;
-            let delay = Picoseconds(self.config.timing.firmware_command_ps);
-            self.scheduler.schedule_in(delay, Event::CommandQueue);
+            let delay = Picoseconds(self.identity.command_ps);
+            io.schedule_in(delay, Timer::CommandQueue);
         }
     }
 
-    fn execute_command(&mut self, chain: &mut [Descriptor]) -> ReturnCode {
+    fn execute_command(&mut self, io: &mut impl Io, chain: &mut [Descriptor]) -> ReturnCode {
         let first = chain[0];
         let slot = self.cmdq.consumer_index;
         let Some(opcode) = Opcode::from_raw(first.opcode()) else {
-            self.diagnose(
+            io.diagnose(
                 Source::CommandQueue,
                 format!("cmdq descriptor {slot}"),
                 "OPCODE",
@@ -207,7 +206,7 @@ impl Device {
             return ReturnCode::NotExist;
         };
         if chain.len() != opcode.descriptor_count() {
-            self.diagnose(
+            io.diagnose(
                 Source::CommandQueue,
                 format!("cmdq descriptor {slot} ({opcode:?})"),
                 "descriptor count",
@@ -217,7 +216,7 @@ impl Device {
             return ReturnCode::NextError;
         }
         if let Some(other) = chain.iter().find(|d| d.opcode() != first.opcode()) {
-            self.diagnose(
+            io.diagnose(
                 Source::CommandQueue,
                 format!("cmdq descriptor {slot} ({opcode:?})"),
                 "OPCODE",
@@ -227,7 +226,7 @@ impl Device {
             return ReturnCode::NextError;
         }
         if !first.flags().contains(DescriptorFlags::IN) {
-            self.diagnose(
+            io.diagnose(
                 Source::CommandQueue,
                 format!("cmdq descriptor {slot} ({opcode:?})"),
                 "FLAG.IN",
@@ -241,20 +240,20 @@ impl Device {
         match opcode {
             Opcode::QueryFirmwareVersion => {
                 let mut response = FirmwareVersion::zeroed();
-                response.set_version(self.config.firmware_version);
+                response.set_version(self.identity.firmware_version);
                 chain[0].data_mut().copy_from_slice(response.bytes());
                 ReturnCode::Success
             }
             Opcode::QueryHardwareVersion => {
                 let mut response = HardwareVersion::zeroed();
-                response.set_vendor_id(self.config.identity.vendor_id);
-                response.set_hardware_version(self.config.hardware_version);
+                response.set_vendor_id(self.identity.vendor_id);
+                response.set_hardware_version(self.identity.hardware_version);
                 chain[0].data_mut().copy_from_slice(response.bytes());
                 ReturnCode::Success
             }
-            Opcode::ConfigGlobalParam => self.command_global_param(&mut chain[0], read),
+            Opcode::ConfigGlobalParam => self.command_global_param(io, &mut chain[0], read),
             Opcode::QueryFunctionResources => {
-                let slots = self.config.bt_slots;
+                let slots = self.identity.bt_slots;
                 let mut a = FunctionResourcesA::zeroed();
                 a.set_qpc_bt_count(slots.qpc);
                 a.set_srqc_bt_count(slots.srqc);
@@ -262,8 +261,8 @@ impl Device {
                 a.set_mpt_bt_count(slots.mpt);
                 a.set_eqc_bt_count(slots.eqc);
                 let mut b = FunctionResourcesB::zeroed();
-                b.set_smac_count(self.firmware.smacs.len() as u16);
-                b.set_sgid_count(self.firmware.gids.len() as u16);
+                b.set_smac_count(io.addresses().smacs().len() as u16);
+                b.set_sgid_count(io.addresses().gids().len() as u16);
                 b.set_qid_count(8);
                 chain[0].data_mut().copy_from_slice(a.bytes());
                 chain[1].data_mut().copy_from_slice(b.bytes());
@@ -276,27 +275,27 @@ impl Device {
                 ReturnCode::Success
             }
             Opcode::QueryCapabilities => {
-                let descriptors = self.config.caps.try_to_descriptors().unwrap_or_default();
+                let descriptors = self.identity.caps.try_to_descriptors().unwrap_or_default();
                 for (descriptor, data) in chain.iter_mut().zip(descriptors.iter()) {
                     descriptor.data_mut().copy_from_slice(data);
                 }
                 ReturnCode::Success
             }
-            Opcode::ConfigGidTable => self.command_gid(&mut chain[0], read),
-            Opcode::ConfigSmacTable => self.command_smac(&mut chain[0], read),
-            Opcode::PostMailbox => self.command_post_mailbox(&chain[0]),
+            Opcode::ConfigGidTable => self.command_gid(io, &mut chain[0], read),
+            Opcode::ConfigSmacTable => self.command_smac(io, &mut chain[0], read),
+            Opcode::PostMailbox => self.command_post_mailbox(io, &chain[0]),
             Opcode::QueryMailboxStatus => {
                 let mut status = MailboxStatus::zeroed();
-                status.set_busy(!self.firmware.mailbox_queue.is_empty());
-                status.set_status(self.firmware.last_mailbox_status as u8);
+                status.set_busy(!self.mailbox_queue.is_empty());
+                status.set_status(self.last_mailbox_status as u8);
                 chain[0].data_mut().copy_from_slice(status.bytes());
                 ReturnCode::Success
             }
-            Opcode::ConfigBaseAddressTableAttributes => self.command_bt_attributes(&chain[0]),
+            Opcode::ConfigBaseAddressTableAttributes => self.command_bt_attributes(io, &chain[0]),
             Opcode::FunctionClear => {
                 let request = FunctionClear::parse(chain[0].data()).expect("fixed size");
                 if request.function_id() != 0 {
-                    self.diagnose(
+                    io.diagnose(
                         Source::CommandQueue,
                         "FUNC_CLEAR",
                         "FUNC_ID",
@@ -306,7 +305,7 @@ impl Device {
                     return ReturnCode::ParameterError;
                 }
                 if !read {
-                    self.clear_function_resources();
+                    self.clear_function_resources(io);
                 }
                 let mut response = request;
                 response.set_done(true);
@@ -317,17 +316,17 @@ impl Device {
         }
     }
 
-    fn command_global_param(&mut self, descriptor: &mut Descriptor, read: bool) -> ReturnCode {
+    fn command_global_param(&mut self, io: &mut impl Io, descriptor: &mut Descriptor, read: bool) -> ReturnCode {
         if read {
             let mut response = GlobalParam::zeroed();
-            response.set_cycles_per_microsecond(self.firmware.cycles_per_microsecond.unwrap_or(0));
-            response.set_udp_port(self.firmware.udp_port);
+            response.set_cycles_per_microsecond(self.cycles_per_microsecond.unwrap_or(0));
+            response.set_udp_port(self.udp_port);
             descriptor.data_mut().copy_from_slice(response.bytes());
             return ReturnCode::Success;
         }
         let request = GlobalParam::parse(descriptor.data()).expect("fixed size");
         if request.udp_port() == 0 {
-            self.diagnose(
+            io.diagnose(
                 Source::CommandQueue,
                 "CFG_GLOBAL_PARAM",
                 "UDP_PORT",
@@ -336,17 +335,17 @@ impl Device {
             );
             return ReturnCode::ParameterError;
         }
-        self.firmware.cycles_per_microsecond = Some(request.cycles_per_microsecond());
-        self.firmware.udp_port = request.udp_port();
+        self.cycles_per_microsecond = Some(request.cycles_per_microsecond());
+        self.udp_port = request.udp_port();
         ReturnCode::Success
     }
 
-    fn command_gid(&mut self, descriptor: &mut Descriptor, read: bool) -> ReturnCode {
+    fn command_gid(&mut self, io: &mut impl Io, descriptor: &mut Descriptor, read: bool) -> ReturnCode {
         let request = GidEntry::parse(descriptor.data()).expect("fixed size");
         let index = request.index() as usize;
-        if index >= self.firmware.gids.len() {
-            let len = self.firmware.gids.len();
-            self.diagnose(
+        let len = io.addresses().gids().len();
+        if index >= len {
+            io.diagnose(
                 Source::CommandQueue,
                 "CFG_SGID_TB",
                 "SGID_IDX",
@@ -357,7 +356,7 @@ impl Device {
         }
         if read {
             let mut response = request;
-            if let Some(entry) = self.firmware.gids[index] {
+            if let Some(entry) = io.addresses().gids()[index] {
                 response.set_gid(entry.gid);
                 response.set_gid_type(entry.gid_type as u8);
             }
@@ -369,7 +368,7 @@ impl Device {
             1 => GidType::RoceV2Ipv4,
             2 => GidType::RoceV2Ipv6,
             other => {
-                self.diagnose(
+                io.diagnose(
                     Source::CommandQueue,
                     "CFG_SGID_TB",
                     "SGID_TYPE",
@@ -380,16 +379,18 @@ impl Device {
             }
         };
         let gid = request.gid();
-        self.firmware.gids[index] = (gid != [0; 16]).then_some(GidTableEntry { gid, gid_type });
+        let entry = (gid != [0; 16]).then_some(GidTableEntry { gid, gid_type });
+        let written = io.addresses().set_gid(index, entry);
+        debug_assert!(written, "the index was checked against the table length");
         ReturnCode::Success
     }
 
-    fn command_smac(&mut self, descriptor: &mut Descriptor, read: bool) -> ReturnCode {
+    fn command_smac(&mut self, io: &mut impl Io, descriptor: &mut Descriptor, read: bool) -> ReturnCode {
         let request = SmacEntry::parse(descriptor.data()).expect("fixed size");
         let index = request.index() as usize;
-        if index >= self.firmware.smacs.len() {
-            let len = self.firmware.smacs.len();
-            self.diagnose(
+        let len = io.addresses().smacs().len();
+        if index >= len {
+            io.diagnose(
                 Source::CommandQueue,
                 "CFG_SMAC_TB",
                 "SMAC_IDX",
@@ -400,13 +401,13 @@ impl Device {
         }
         if read {
             let mut response = request;
-            response.set_mac(self.firmware.smacs[index].unwrap_or_default());
+            response.set_mac(io.addresses().smacs()[index].unwrap_or_default());
             descriptor.data_mut().copy_from_slice(response.bytes());
             return ReturnCode::Success;
         }
         let mac = request.mac();
         if mac[0] & 1 != 0 {
-            self.diagnose(
+            io.diagnose(
                 Source::CommandQueue,
                 "CFG_SMAC_TB",
                 "SMAC",
@@ -415,14 +416,15 @@ impl Device {
             );
             return ReturnCode::ParameterError;
         }
-        self.firmware.smacs[index] = Some(mac);
+        let written = io.addresses().set_smac(index, mac);
+        debug_assert!(written, "the index was checked against the table length");
         ReturnCode::Success
     }
 
-    fn command_post_mailbox(&mut self, descriptor: &Descriptor) -> ReturnCode {
+    fn command_post_mailbox(&mut self, io: &mut impl Io, descriptor: &Descriptor) -> ReturnCode {
         let post = PostMailbox::parse(descriptor.data()).expect("fixed size");
-        if self.firmware.mailbox_queue.len() >= MAILBOX_QUEUE_DEPTH {
-            self.diagnose(
+        if self.mailbox_queue.len() >= MAILBOX_QUEUE_DEPTH {
+            io.diagnose(
                 Source::Mailbox,
                 "mailbox",
                 "POST_MB",
@@ -431,19 +433,19 @@ impl Device {
             );
             return ReturnCode::NotExecuted;
         }
-        if self.firmware.mailbox_queue.is_empty() {
-            let delay = Picoseconds(self.config.timing.mailbox_ps);
-            self.scheduler.schedule_in(delay, Event::MailboxComplete);
+        if self.mailbox_queue.is_empty() {
+            let delay = Picoseconds(self.identity.mailbox_ps);
+            io.schedule_in(delay, Timer::MailboxComplete);
         }
-        self.firmware.mailbox_queue.push_back(post);
+        self.mailbox_queue.push_back(post);
         ReturnCode::Success
     }
 
-    fn command_bt_attributes(&mut self, descriptor: &Descriptor) -> ReturnCode {
+    fn command_bt_attributes(&mut self, io: &mut impl Io, descriptor: &Descriptor) -> ReturnCode {
         let request = BaseAddressTableAttributes::parse(descriptor.data()).expect("fixed size");
-        let in_use = self.context_table_slots_in_use().iter().sum::<usize>();
+        let in_use = io.context_slots_in_use();
         if in_use != 0 {
-            self.diagnose(
+            io.diagnose(
                 Source::CommandQueue,
                 "CFG_BT_ATTR",
                 "context tables in use",
@@ -478,44 +480,28 @@ impl Device {
                 request.srqc_hop_number(),
             ),
         ];
-        let mut attributes = Vec::with_capacity(4);
-        for (name, ba, buffer, hop) in requested {
-            let candidate = ContextTableAttributes {
-                ba_page_shift: 12 + ba as u32,
-                buffer_page_shift: 12 + buffer as u32,
-                hop,
+        let attributes = requested.map(|(_, ba, buffer, hop)| ContextTableAttributes {
+            ba_page_shift: 12 + ba as u32,
+            buffer_page_shift: 12 + buffer as u32,
+            hop,
+        });
+        if let Err((table, error)) = io.configure_context_tables(attributes) {
+            let (name, hop) = match table {
+                ContextTable::Qpc => (requested[0].0, requested[0].3),
+                ContextTable::Mpt => (requested[1].0, requested[1].3),
+                ContextTable::Cqc => (requested[2].0, requested[2].3),
+                ContextTable::Srqc => (requested[3].0, requested[3].3),
             };
-            let table = self.contexts.table(match name {
-                "QPC" => ContextTable::Qpc,
-                "MPT" => ContextTable::Mpt,
-                "CQC" => ContextTable::Cqc,
-                _ => ContextTable::Srqc,
-            });
-            if let Err(error) = table.clone().set_attributes(candidate) {
-                self.diagnose(
-                    Source::CommandQueue,
-                    format!("CFG_BT_ATTR {name}"),
-                    "attributes",
-                    hop as u64,
-                    error.to_string(),
-                );
-                return ReturnCode::ParameterError;
-            }
-            attributes.push(candidate);
+            io.diagnose(
+                Source::CommandQueue,
+                format!("CFG_BT_ATTR {name}"),
+                "attributes",
+                hop as u64,
+                error.to_string(),
+            );
+            return ReturnCode::ParameterError;
         }
-        let [qpc, mpt, cqc, srqc] = attributes.try_into().expect("four tables");
-        for (table, attrs) in [
-            (ContextTable::Qpc, qpc),
-            (ContextTable::Mpt, mpt),
-            (ContextTable::Cqc, cqc),
-            (ContextTable::Srqc, srqc),
-        ] {
-            self.contexts
-                .table_mut(table)
-                .set_attributes(attrs)
-                .expect("checked above");
-        }
-        self.firmware.attributes_configured = true;
+        self.attributes_configured = true;
         ReturnCode::Success
     }
 }

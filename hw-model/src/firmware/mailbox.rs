@@ -3,52 +3,87 @@
 
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{Cqc, Eqc, Mpt, Qpc, Srqc};
-use rnic_firmware_if::mailbox::{BtCommand, ContextTable, MailboxCompletion, MailboxOpcode, PostMailbox};
+use rnic_firmware_if::mailbox::{MailboxCompletion, MailboxOpcode, PostMailbox};
 
-use super::Rejection;
-use crate::device::{Device, Event};
+use super::{Firmware, Io, ObjectCommand, Rejection, Timer};
 use crate::diagnostics::Source;
 use crate::eq::EqKind;
 use crate::time::Picoseconds;
 
-/// What a successful mailbox command hands back in its out-parameter mailbox.
-enum Output {
-    None,
-    Bytes(Vec<u8>),
+/// What a mailbox asks for, once read.
+enum Decoded {
+    /// A command on an object, for the top to route.
+    Object(ObjectCommand),
+    /// A command executed already, with its answer for the out-parameter buffer.
+    Done(Option<Vec<u8>>),
 }
 
-impl Device {
-    /// Completes the mailbox command at the head of the queue.
-    pub(crate) fn complete_mailbox(&mut self) {
-        self.forget_context_caches();
-        let Some(post) = self.firmware.mailbox_queue.pop_front() else {
-            return;
+impl Firmware {
+    /// The mailbox command at the head of the queue is due: it is read and, when it is a
+    /// command on an object (a QP, CQ, SRQ, MPT or EQ), handed back for the top to
+    /// execute and then to [`finish_mailbox`](Self::finish_mailbox); anything else (a
+    /// base-address-table command, an unknown opcode, an unreadable mailbox) completes
+    /// here.
+    pub(crate) fn start_mailbox(&mut self, io: &mut impl Io) -> Option<(PostMailbox, MailboxOpcode, ObjectCommand)> {
+        io.forget_caches();
+        let post = self.mailbox_queue.pop_front()?;
+        let Some(opcode) = MailboxOpcode::from_raw(post.command()) else {
+            let unknown = Rejection {
+                status: MailboxCompletion::UnknownCommand,
+                field: "CMD",
+                value: post.command() as u64,
+                expected: "a mailbox opcode listed in docs/register-map.md".into(),
+            };
+            self.complete(io, &post, None, Err(unknown));
+            return None;
         };
+        match self.decode_mailbox(io, opcode, &post) {
+            Ok(Decoded::Object(command)) => Some((post, opcode, command)),
+            Ok(Decoded::Done(output)) => {
+                let result = self.write_output(io, &post, output);
+                self.complete(io, &post, Some(opcode), result);
+                None
+            }
+            Err(rejection) => {
+                self.complete(io, &post, Some(opcode), Err(rejection));
+                None
+            }
+        }
+    }
+
+    /// The object command of mailbox `post` was executed with `result` (a query's answer
+    /// or a rejection): the answer goes to the out-parameter buffer and the mailbox
+    /// completes.
+    pub(crate) fn finish_mailbox(
+        &mut self,
+        io: &mut impl Io,
+        post: PostMailbox,
+        opcode: MailboxOpcode,
+        result: Result<Option<Vec<u8>>, Rejection>,
+    ) {
+        let result = result.and_then(|output| self.write_output(io, &post, output));
+        self.complete(io, &post, Some(opcode), result);
+    }
+
+    /// Completes mailbox `post`: status, diagnostic, counter, event, the next mailbox.
+    fn complete(
+        &mut self,
+        io: &mut impl Io,
+        post: &PostMailbox,
+        opcode: Option<MailboxOpcode>,
+        result: Result<(), Rejection>,
+    ) {
         let tag = post.tag();
-        let result = match MailboxOpcode::from_raw(post.command()) {
-            Some(opcode) => self
-                .execute_mailbox(opcode, &post)
-                .map_err(|rejection| (Some(opcode), rejection)),
-            None => Err((
-                None,
-                Rejection {
-                    status: MailboxCompletion::UnknownCommand,
-                    field: "CMD",
-                    value: post.command() as u64,
-                    expected: "a mailbox opcode listed in docs/register-map.md".into(),
-                },
-            )),
-        };
         // The command's context changes reach host memory before it completes.
-        self.write_back_contexts();
+        io.write_back_contexts();
         let status = match result {
             Ok(()) => MailboxCompletion::Success,
-            Err((opcode, rejection)) => {
+            Err(rejection) => {
                 let object = match opcode {
                     Some(op) => format!("mailbox {op:?} tag {tag:#x}"),
                     None => format!("mailbox command {:#x} tag {tag:#x}", post.command()),
                 };
-                self.diagnose(
+                io.diagnose(
                     Source::Mailbox,
                     object,
                     rejection.field,
@@ -58,152 +93,132 @@ impl Device {
                 rejection.status
             }
         };
-        self.firmware.last_mailbox_status = status;
+        self.last_mailbox_status = status;
         self.counters.mailbox_commands += 1;
         if post.event_enable() {
-            self.post_mailbox_event(post.token(), status as u8, post.out_param());
+            io.mailbox_event(post.token(), status as u8, post.out_param());
         }
-        if !self.firmware.mailbox_queue.is_empty() {
-            let delay = Picoseconds(self.config.timing.mailbox_ps);
-            self.scheduler.schedule_in(delay, Event::MailboxComplete);
+        if !self.mailbox_queue.is_empty() {
+            let delay = Picoseconds(self.identity.mailbox_ps);
+            io.schedule_in(delay, Timer::MailboxComplete);
         }
     }
 
-    fn read_mailbox<L: Layout>(&mut self, address: u64, field: &'static str) -> Result<L, Rejection> {
+    fn read_mailbox<L: Layout>(&mut self, io: &mut impl Io, address: u64, field: &'static str) -> Result<L, Rejection> {
         let mut value = L::zeroed();
-        self.dma_read(address, value.bytes_mut())
+        io.dma_read(address, value.bytes_mut())
             .map_err(|e| Rejection::dma(field, address, e))?;
         Ok(value)
     }
 
-    fn read_mailbox_pair<L: Layout>(&mut self, address: u64) -> Result<(L, L), Rejection> {
-        let context = self.read_mailbox::<L>(address, "IN_PARAM")?;
-        let mask = self.read_mailbox::<L>(address.wrapping_add(L::SIZE as u64), "IN_PARAM")?;
+    fn read_mailbox_pair<L: Layout>(&mut self, io: &mut impl Io, address: u64) -> Result<(L, L), Rejection> {
+        let context = self.read_mailbox::<L>(io, address, "IN_PARAM")?;
+        let mask = self.read_mailbox::<L>(io, address.wrapping_add(L::SIZE as u64), "IN_PARAM")?;
         Ok((context, mask))
     }
 
-    fn execute_mailbox(&mut self, opcode: MailboxOpcode, post: &PostMailbox) -> Result<(), Rejection> {
+    /// Reads mailbox `post`'s input: the object command it carries, or the answer of a
+    /// base-address-table command, which the context block executes at once.
+    fn decode_mailbox(
+        &mut self,
+        io: &mut impl Io,
+        opcode: MailboxOpcode,
+        post: &PostMailbox,
+    ) -> Result<Decoded, Rejection> {
         use MailboxOpcode::*;
         let tag = post.tag();
         let input = post.in_param();
-        let output = match opcode {
+        let command = match opcode {
             op if op.base_address_table().is_some() => {
                 let (table, command, level) = op.base_address_table().expect("checked");
-                self.base_address_table_command(table, command, level, tag, input)?
+                let found = io.base_address_table(table, command, level, tag, input)?;
+                return Ok(Decoded::Done(found.map(|address| address.to_le_bytes().to_vec())));
             }
             ModifyQpc => {
-                let (context, mask) = self.read_mailbox_pair::<Qpc>(input)?;
-                self.modify_qp(tag, context, mask)?;
-                Output::None
+                let (context, mask) = self.read_mailbox_pair::<Qpc>(io, input)?;
+                ObjectCommand::ModifyQp {
+                    qpn: tag,
+                    context: Box::new(context),
+                    mask: Box::new(mask),
+                }
             }
-            QueryQpc => Output::Bytes(self.query_qp(tag)?.bytes().to_vec()),
-            CreateMpt => {
-                let mpt = self.read_mailbox::<Mpt>(input, "IN_PARAM")?;
-                self.create_mpt(tag, mpt)?;
-                Output::None
-            }
-            DestroyMpt => {
-                self.destroy_mpt(tag)?;
-                Output::None
-            }
-            QueryMpt => Output::Bytes(self.query_mpt(tag)?.bytes().to_vec()),
-            CreateCqc => {
-                let cqc = self.read_mailbox::<Cqc>(input, "IN_PARAM")?;
-                self.create_cq(tag, cqc)?;
-                Output::None
-            }
+            QueryQpc => ObjectCommand::QueryQp { qpn: tag },
+            CreateMpt => ObjectCommand::CreateMpt {
+                index: tag,
+                mpt: self.read_mailbox::<Mpt>(io, input, "IN_PARAM")?,
+            },
+            DestroyMpt => ObjectCommand::DestroyMpt { index: tag },
+            QueryMpt => ObjectCommand::QueryMpt { index: tag },
+            CreateCqc => ObjectCommand::CreateCq {
+                cqn: tag,
+                cqc: self.read_mailbox::<Cqc>(io, input, "IN_PARAM")?,
+            },
             ModifyCqc => {
-                let (context, mask) = self.read_mailbox_pair::<Cqc>(input)?;
-                self.modify_cq(tag, context, mask)?;
-                Output::None
+                let (context, mask) = self.read_mailbox_pair::<Cqc>(io, input)?;
+                ObjectCommand::ModifyCq {
+                    cqn: tag,
+                    context,
+                    mask,
+                }
             }
-            QueryCqc => Output::Bytes(self.query_cq(tag)?.bytes().to_vec()),
-            DestroyCqc => {
-                self.destroy_cq(tag)?;
-                Output::None
-            }
-            CreateSrq => {
-                let srqc = self.read_mailbox::<Srqc>(input, "IN_PARAM")?;
-                self.create_srq(tag, srqc)?;
-                Output::None
-            }
+            QueryCqc => ObjectCommand::QueryCq { cqn: tag },
+            DestroyCqc => ObjectCommand::DestroyCq { cqn: tag },
+            CreateSrq => ObjectCommand::CreateSrq {
+                srqn: tag,
+                srqc: self.read_mailbox::<Srqc>(io, input, "IN_PARAM")?,
+            },
             ModifySrqc => {
-                let (context, mask) = self.read_mailbox_pair::<Srqc>(input)?;
-                self.modify_srq(tag, context, mask)?;
-                Output::None
+                let (context, mask) = self.read_mailbox_pair::<Srqc>(io, input)?;
+                ObjectCommand::ModifySrq {
+                    srqn: tag,
+                    context,
+                    mask,
+                }
             }
-            QuerySrqc => Output::Bytes(self.query_srq(tag)?.bytes().to_vec()),
-            DestroySrq => {
-                self.destroy_srq(tag)?;
-                Output::None
-            }
-            CreateAeqc | CreateCeqc => {
-                let eqc = self.read_mailbox::<Eqc>(input, "IN_PARAM")?;
-                self.create_eq(tag, eq_kind(opcode), eqc)?;
-                Output::None
-            }
+            QuerySrqc => ObjectCommand::QuerySrq { srqn: tag },
+            DestroySrq => ObjectCommand::DestroySrq { srqn: tag },
+            CreateAeqc | CreateCeqc => ObjectCommand::CreateEq {
+                eqn: tag,
+                kind: eq_kind(opcode),
+                eqc: self.read_mailbox::<Eqc>(io, input, "IN_PARAM")?,
+            },
             ModifyAeqc | ModifyCeqc => {
-                let (context, mask) = self.read_mailbox_pair::<Eqc>(input)?;
-                self.modify_eq(tag, eq_kind(opcode), context, mask)?;
-                Output::None
+                let (context, mask) = self.read_mailbox_pair::<Eqc>(io, input)?;
+                ObjectCommand::ModifyEq {
+                    eqn: tag,
+                    kind: eq_kind(opcode),
+                    context,
+                    mask,
+                }
             }
-            QueryAeqc | QueryCeqc => Output::Bytes(self.query_eq(tag, eq_kind(opcode))?.bytes().to_vec()),
-            DestroyAeqc | DestroyCeqc => {
-                self.destroy_eq(tag, eq_kind(opcode))?;
-                Output::None
-            }
+            QueryAeqc | QueryCeqc => ObjectCommand::QueryEq {
+                eqn: tag,
+                kind: eq_kind(opcode),
+            },
+            DestroyAeqc | DestroyCeqc => ObjectCommand::DestroyEq {
+                eqn: tag,
+                kind: eq_kind(opcode),
+            },
             _ => unreachable!("base-address-table opcodes handled above"),
         };
-        if let Output::Bytes(bytes) = output {
+        Ok(Decoded::Object(command))
+    }
+
+    /// Writes a command's answer (if any) to the out-parameter buffer.
+    fn write_output(&mut self, io: &mut impl Io, post: &PostMailbox, output: Option<Vec<u8>>) -> Result<(), Rejection> {
+        if let Some(bytes) = output {
             let address = post.out_param();
-            self.dma_write(address, &bytes)
+            io.dma_write(address, &bytes)
                 .map_err(|e| Rejection::dma("OUT_PARAM", address, e))?;
         }
         Ok(())
     }
 
-    fn base_address_table_command(
-        &mut self,
-        table: ContextTable,
-        command: BtCommand,
-        level: u8,
-        index: u32,
-        address: u64,
-    ) -> Result<Output, Rejection> {
-        let bus_master = self.bus.master();
-        let memory = self.bus.gated_memory();
-        let context_table = self.contexts.table_mut(table);
-        match command {
-            BtCommand::Write => {
-                context_table
-                    .write_base_address(index, level, address)
-                    .map_err(|e| Rejection::parameter("IN_PARAM", address, e.to_string()))?;
-                Ok(Output::None)
-            }
-            BtCommand::Destroy => {
-                context_table
-                    .destroy_base_address(index, level)
-                    .map_err(|e| Rejection::parameter("TAG", index as u64, e.to_string()))?;
-                Ok(Output::None)
-            }
-            BtCommand::Read => {
-                if !bus_master && level > 0 {
-                    return Err(Rejection::dma("BT", address, "bus mastering disabled"));
-                }
-                let found = context_table
-                    .read_base_address(memory, index, level)
-                    .map_err(|e| Rejection::no_table("TAG", index as u64, e))?;
-                Ok(Output::Bytes(found.to_le_bytes().to_vec()))
-            }
-        }
-    }
-
     /// FUNC_CLEAR: forget every context-table address, EQ and queued mailbox command.
-    pub(crate) fn clear_function_resources(&mut self) {
-        self.contexts.clear_tables(&self.config);
-        self.eqs.clear();
-        self.firmware.mailbox_queue.clear();
-        self.firmware.attributes_configured = false;
+    pub(crate) fn clear_function_resources(&mut self, io: &mut impl Io) {
+        io.clear_function();
+        self.mailbox_queue.clear();
+        self.attributes_configured = false;
     }
 }
 

@@ -17,14 +17,15 @@
 
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::Qpc;
-use rnic_firmware_if::mailbox::ContextTable as ContextTableId;
+use rnic_firmware_if::mailbox::{BtCommand, ContextTable as ContextTableId};
 
 use crate::bus::Bus;
 use crate::command::Rejection;
-use crate::config::DeviceConfig;
+use crate::config::{BtSlots, DeviceConfig};
 use crate::fast_hash::FastHashMap;
+use rnic_firmware_if::caps::DeviceCaps;
 
-use super::{ContextCache, ContextTable};
+use super::{ContextCache, ContextTable, ContextTableAttributes, HemError};
 
 /// The SQ half of a QP's recorded progress (only while it sends, in RTS).
 #[derive(Debug, Clone, Copy)]
@@ -68,13 +69,13 @@ pub(crate) struct Contexts {
     cache: ContextCache,
     /// Progress recorded for QPCs and not yet written into them, by QPN.
     progress: FastHashMap<u32, QpcProgress>,
+    /// The objects per table and the L0 slots, to rebuild the tables.
+    sizes: (DeviceCaps, BtSlots),
 }
 
-/// The tables of a device with `config`'s sizes, without attributes or base addresses.
-fn tables(config: &DeviceConfig) -> [ContextTable; 4] {
+/// The tables of a device with these sizes, without attributes or base addresses.
+fn tables((caps, slots): &(DeviceCaps, BtSlots)) -> [ContextTable; 4] {
     use rnic_firmware_if::context::{CQC_SIZE, MPT_SIZE, QPC_SIZE, SRQC_SIZE};
-    let caps = &config.caps;
-    let slots = &config.bt_slots;
     [
         ContextTable::new("QPC", QPC_SIZE as u64, caps.num_qps, slots.qpc as usize),
         ContextTable::new("MPT", MPT_SIZE as u64, caps.num_mtpts, slots.mpt as usize),
@@ -87,7 +88,8 @@ impl Contexts {
     /// The tables of a device with `config` after power-on: no attributes, no base
     /// addresses, nothing cached.
     pub fn new(config: &DeviceConfig) -> Self {
-        let [qpc, mpt, cqc, srqc] = tables(config);
+        let sizes = (config.caps, config.bt_slots);
+        let [qpc, mpt, cqc, srqc] = tables(&sizes);
         Self {
             qpc,
             mpt,
@@ -95,13 +97,14 @@ impl Contexts {
             srqc,
             cache: ContextCache::default(),
             progress: FastHashMap::default(),
+            sizes,
         }
     }
 
     /// Forgets every table's attributes and base addresses (function reset, FUNC_CLEAR);
     /// the cache must have been dropped first.
-    pub fn clear_tables(&mut self, config: &DeviceConfig) {
-        [self.qpc, self.mpt, self.cqc, self.srqc] = tables(config);
+    pub fn clear_tables(&mut self) {
+        [self.qpc, self.mpt, self.cqc, self.srqc] = tables(&self.sizes);
     }
 
     /// One table.
@@ -121,6 +124,65 @@ impl Contexts {
             ContextTableId::Mpt => &mut self.mpt,
             ContextTableId::Cqc => &mut self.cqc,
             ContextTableId::Srqc => &mut self.srqc,
+        }
+    }
+
+    /// CFG_BT_ATTR: the attributes of the QPC, MPT, CQC and SRQC tables, in that order,
+    /// set all together or not at all; the first table refusing them and why.
+    pub fn configure(&mut self, attributes: [ContextTableAttributes; 4]) -> Result<(), (ContextTableId, HemError)> {
+        const ORDER: [ContextTableId; 4] = [
+            ContextTableId::Qpc,
+            ContextTableId::Mpt,
+            ContextTableId::Cqc,
+            ContextTableId::Srqc,
+        ];
+        for (table, candidate) in ORDER.into_iter().zip(attributes) {
+            // Tried on a copy: nothing changes unless every table takes its attributes.
+            self.table(table)
+                .clone()
+                .set_attributes(candidate)
+                .map_err(|error| (table, error))?;
+        }
+        for (table, candidate) in ORDER.into_iter().zip(attributes) {
+            self.table_mut(table).set_attributes(candidate).expect("checked above");
+        }
+        Ok(())
+    }
+
+    /// `WRITE`, `READ` or `DESTROY_<T>_BT<level>` with tag `index` (`address`: the base
+    /// address written, or where the answer goes); a read's answer.
+    pub fn base_address_table(
+        &mut self,
+        bus: &Bus,
+        table: ContextTableId,
+        command: BtCommand,
+        level: u8,
+        index: u32,
+        address: u64,
+    ) -> Result<Option<u64>, Rejection> {
+        let context_table = self.table_mut(table);
+        match command {
+            BtCommand::Write => {
+                context_table
+                    .write_base_address(index, level, address)
+                    .map_err(|e| Rejection::parameter("IN_PARAM", address, e.to_string()))?;
+                Ok(None)
+            }
+            BtCommand::Destroy => {
+                context_table
+                    .destroy_base_address(index, level)
+                    .map_err(|e| Rejection::parameter("TAG", index as u64, e.to_string()))?;
+                Ok(None)
+            }
+            BtCommand::Read => {
+                if !bus.master() && level > 0 {
+                    return Err(Rejection::dma("BT", address, "bus mastering disabled"));
+                }
+                let found = context_table
+                    .read_base_address(bus.gated_memory(), index, level)
+                    .map_err(|e| Rejection::no_table("TAG", index as u64, e))?;
+                Ok(Some(found))
+            }
         }
     }
 

@@ -15,7 +15,6 @@
 
 use rnic_firmware_if::cqe::CqeStatus;
 
-use crate::device::{Device, Event};
 use crate::diagnostics::Source;
 use crate::time::Picoseconds;
 use crate::wire::ParsedFrame;
@@ -26,6 +25,7 @@ use super::qp_runtime::{psn_add, psn_diff, rnr_delay, INFINITE_RETRY, MAX_UNACKE
 use super::requester::local_status;
 use super::wqe_fetch::{Payload, SendWqe, WqeKind};
 use super::FailedWqe;
+use super::{Engine, Io, Timer};
 
 /// Why `acknowledge_through` stopped early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,7 @@ enum Acked {
     ImpliedNak,
 }
 
-impl Device {
+impl<I: Io> Engine<'_, I> {
     /// An RC response (READ response, ACK/NAK, ATOMIC ACK) for QP `qpn`.
     pub(crate) fn completer_receive(&mut self, qpn: u32, parsed: &ParsedFrame<'_>) {
         let repr = &parsed.repr;
@@ -237,8 +237,7 @@ impl Device {
         if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
             runtime.requester.rnr_timer = generation;
         }
-        self.scheduler
-            .schedule_in(rnr_delay(timer), Event::RnrTimer { qpn, generation });
+        self.io.schedule_in(rnr_delay(timer), Timer::Rnr { qpn, generation });
     }
 
     /// NAK with `code` for `psn`.
@@ -497,8 +496,7 @@ impl Device {
             None => return,
             Some(deadline) if deadline > now => {
                 requester.ack_event_pending = true;
-                self.scheduler
-                    .schedule_at(deadline, Event::AckTimer { qpn, generation });
+                self.io.schedule_at(deadline, Timer::Ack { qpn, generation });
                 return;
             }
             Some(_) => requester.ack_deadline = None,

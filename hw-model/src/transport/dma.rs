@@ -2,17 +2,19 @@
 //! a receive WQE), gather and scatter through memory regions with the local key checks,
 //! and remote-key accesses through a checked [`MrTranslation`].
 //!
-//! Every byte goes through [`Device::check_memory_access`] (key, PD, rights, bounds) and
+//! Every byte goes through the memory-protection block's access check (key, PD, rights,
+//! bounds, through the transport's [`Io`](super::Io)) and
 //! then through the region's MTT with [`mtt::try_translate_range`], so a transfer touches
 //! exactly the granted window or nothing of the failing piece.
 
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::wqe::{Sge, SGE_SIZE};
 
-use crate::device::Device;
 use crate::memory::MemoryError;
 use crate::mpt::{MrAccess, MrAccessError, MrTranslation};
-use crate::mtt::{self, DmaFault, Mtr, MttError};
+use crate::mtt::{DmaFault, Mtr, MttError};
+
+use super::{Engine, Io};
 
 /// Why data could not be moved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -111,7 +113,7 @@ pub(crate) enum InlineData {
     Ring { ring: ExtRing, start: u32 },
 }
 
-impl Device {
+impl<I: Io> Engine<'_, I> {
     /// Reads `buffer.len()` bytes at byte `offset` of the buffer `mtr` describes.
     pub(crate) fn read_buffer(&mut self, mtr: &Mtr, offset: u64, buffer: &mut [u8]) -> Result<(), TransferError> {
         self.read_buffer_from(mtr, offset, None, buffer)
@@ -126,14 +128,7 @@ impl Device {
         first_bus: Option<u64>,
         buffer: &mut [u8],
     ) -> Result<(), TransferError> {
-        Ok(mtt::read_buffer(
-            &mut self.translations,
-            &mut self.bus,
-            mtr,
-            offset,
-            first_bus,
-            buffer,
-        )?)
+        Ok(self.io.read_buffer(mtr, offset, first_bus, buffer)?)
     }
 
     /// Writes `data` at byte `offset` of the buffer `mtr` describes, starting from bus
@@ -145,14 +140,7 @@ impl Device {
         first_bus: Option<u64>,
         data: &[u8],
     ) -> Result<(), TransferError> {
-        Ok(mtt::write_buffer(
-            &mut self.translations,
-            &mut self.bus,
-            mtr,
-            offset,
-            first_bus,
-            data,
-        )?)
+        Ok(self.io.write_buffer(mtr, offset, first_bus, data)?)
     }
 
     /// Timing of a payload access through `region`: one MTT translation-cache lookup per
@@ -169,15 +157,15 @@ impl Device {
         let first = region.offset >> shift;
         let last = (region.offset + length as u64 - 1) >> shift;
         for page in first..=last {
-            let cost = self.timing.mtt_lookup(mtr.root, page, levels);
-            self.timing.frame.latency = self.timing.frame.latency + cost;
+            let cost = self.io.timing().mtt_lookup(mtr.root, page, levels);
+            self.io.timing().frame.latency = self.io.timing().frame.latency + cost;
         }
     }
 
     /// Reads through a checked region access (`buffer.len()` bytes from its start).
     pub(crate) fn read_region(&mut self, region: &MrTranslation, buffer: &mut [u8]) -> Result<(), TransferError> {
         self.charge_translation(region, buffer.len());
-        self.timing.frame.read_bytes += buffer.len() as u64;
+        self.io.timing().frame.read_bytes += buffer.len() as u64;
         match &region.mtr {
             Some(mtr) => self.read_buffer_from(mtr, region.offset, region.first_bus, buffer),
             None => Ok(self.dma_read(region.offset, buffer)?),
@@ -246,7 +234,7 @@ impl Device {
         Ok(total)
     }
 
-    /// Calls `f(device, lkey, address, length, position)` for each SGE piece covering
+    /// Calls `f(engine, lkey, address, length, position)` for each SGE piece covering
     /// message bytes `offset..offset + length`, in order; `position` counts from 0.
     fn walk_sges(
         &mut self,
@@ -254,7 +242,7 @@ impl Device {
         cursor: &mut SgeCursor,
         offset: u64,
         length: usize,
-        mut f: impl FnMut(&mut Device, u32, u64, usize, usize) -> Result<(), TransferError>,
+        mut f: impl FnMut(&mut Self, u32, u64, usize, usize) -> Result<(), TransferError>,
     ) -> Result<(), TransferError> {
         if cursor.offset > offset {
             *cursor = SgeCursor::START;
@@ -315,11 +303,11 @@ impl Device {
             cursor,
             offset,
             length,
-            |device, lkey, address, piece, position| {
-                let region = device
+            |engine, lkey, address, piece, position| {
+                let region = engine
                     .check_memory_access(lkey, pd, address, piece as u64, MrAccess::empty())
                     .map_err(TransferError::Protection)?;
-                device.read_region(&region, &mut out[position..position + piece])
+                engine.read_region(&region, &mut out[position..position + piece])
             },
         )
     }
@@ -338,11 +326,11 @@ impl Device {
             cursor,
             offset,
             data.len(),
-            |device, lkey, address, piece, position| {
-                let region = device
+            |engine, lkey, address, piece, position| {
+                let region = engine
                     .check_memory_access(lkey, pd, address, piece as u64, MrAccess::LOCAL_WRITE)
                     .map_err(TransferError::Protection)?;
-                device.write_region(&region, &data[position..position + piece])
+                engine.write_region(&region, &data[position..position + piece])
             },
         )
     }
@@ -358,8 +346,8 @@ impl Device {
         offset: u64,
         length: usize,
     ) -> Result<(), TransferError> {
-        self.walk_sges(list, cursor, offset, length, |device, lkey, address, piece, _| {
-            device
+        self.walk_sges(list, cursor, offset, length, |engine, lkey, address, piece, _| {
+            engine
                 .check_memory_access(lkey, pd, address, piece as u64, MrAccess::LOCAL_WRITE)
                 .map(|_| ())
                 .map_err(TransferError::Protection)

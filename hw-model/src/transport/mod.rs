@@ -13,11 +13,12 @@
 //! * [`dma`]: gather and scatter through memory regions.
 //! * [`qp_runtime`]: the per-QP state these engines keep.
 //!
-//! The device's network port is three calls: [`Device::poll_transmit`] hands out the next
-//! frame the device has put on the wire (at or before the current virtual time),
-//! [`Device::receive_frame`] delivers a frame at the current virtual time, and
-//! [`Device::recycle_frame`] gives a transmitted buffer back so the data path does not
-//! allocate per packet.
+//! The device's network port is three calls: [`Transport::poll_transmit`] hands out the
+//! next frame the device has put on the wire (at or before the current virtual time),
+//! [`Engine::receive_frame`] delivers a frame at the current virtual time, and
+//! [`Transport::recycle_frame`] gives a transmitted buffer back so the data path does not
+//! allocate per packet (the device's `poll_transmit`, `receive_frame` and
+//! `recycle_frame`).
 //!
 //! The port is timed by the timing model ([`crate::timing`]): a `TransportTx` event picks
 //! the next QP with work from a round-robin ring and builds its next packet (responses
@@ -27,6 +28,15 @@
 //! when it is ready and the port is free, and leaves the port after its serialisation.
 //! Received frames wait in the receive pipeline (receive pipeline cycles, payload DMA
 //! write, CQE write) before the engines process them.
+//!
+//! The block ([`Transport`]) owns every QP's engine state, the port's pipelines, rings
+//! and buffers, the port's address tables and its counters. It accepts the QP block's
+//! transitions and doorbells, frames from the network and its timers; it produces frames
+//! for the network and, through its [`Io`], CQEs for the CQ block, AEQEs for the event
+//! block, access checks for the memory-protection block, WQE requests for the SRQ block,
+//! QP errors and flushes for the QP block, and the QP progress the context block keeps
+//! for the QPC. A request or event is handled by an [`Engine`]: the block's state with
+//! its ports, for that one call.
 
 pub(crate) mod completer;
 pub(crate) mod dma;
@@ -47,12 +57,187 @@ use rnic_firmware_if::context::{QpState, Qpc, ServiceType};
 use rnic_firmware_if::cqe::{Cqe, CqeStatus, RecvOpcode};
 use rnic_firmware_if::event::AsyncEventType;
 
-use crate::device::{Device, Event};
+use crate::cq::CqError;
 use crate::diagnostics::Source;
 use crate::hem::{QpcProgress, SqProgress};
+use crate::memory::MemoryError;
+use crate::mpt::{MrAccess, MrAccessError, MrTranslation};
+use crate::mtt::{DmaFault, Mtr};
+use crate::port::PortAddresses;
+use crate::qp::Transition;
+use crate::srq::SrqWqe;
 use crate::time::Picoseconds;
-use crate::timing::{FrameCharges, Stage};
+use crate::timing::{FrameCharges, Stage, TimingModel};
 use crate::wire;
+
+/// What the transport needs from the rest of the device.
+pub(crate) trait Io {
+    /// Current virtual time.
+    fn now(&self) -> Picoseconds;
+    /// The timing model (every stage's cost, the per-frame charges).
+    fn timing(&mut self) -> &mut TimingModel;
+    /// Runs `timer` at `at`.
+    fn schedule_at(&mut self, at: Picoseconds, timer: Timer);
+    /// Runs `timer` after `delay`.
+    fn schedule_in(&mut self, delay: Picoseconds, timer: Timer);
+    /// The port's address tables (source GID and MAC of a packet, local addresses).
+    fn port(&self) -> &PortAddresses;
+    /// Records a diagnostic.
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    );
+    /// DMA read (physical-address regions, record doorbells).
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError>;
+    /// DMA write (physical-address regions).
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError>;
+    /// Reads bytes at `offset` of the buffer `mtr` describes (from `first_bus` when its
+    /// address is known).
+    fn read_buffer(
+        &mut self,
+        mtr: &Mtr,
+        offset: u64,
+        first_bus: Option<u64>,
+        buffer: &mut [u8],
+    ) -> Result<(), DmaFault>;
+    /// Writes bytes at `offset` of the buffer `mtr` describes.
+    fn write_buffer(&mut self, mtr: &Mtr, offset: u64, first_bus: Option<u64>, data: &[u8]) -> Result<(), DmaFault>;
+    /// To the context block: QP `qpn`'s progress for its QPC.
+    fn record_progress(&mut self, qpn: u32, progress: QpcProgress);
+    /// Request to the memory-protection block: the access check of a key.
+    fn check_memory_access(
+        &mut self,
+        key: u32,
+        pd: u32,
+        address: u64,
+        length: u64,
+        needed: MrAccess,
+    ) -> Result<MrTranslation, MrAccessError>;
+    /// Request to the memory-protection block: SEND with invalidate.
+    fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String>;
+    /// Request to the SRQ block: the next posted WQE of SRQ `srqn`.
+    fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe>;
+    /// Out to the CQ block: a CQE.
+    fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError>;
+    /// Event out: an AEQE.
+    fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32);
+    /// Request to the QP block: QP `qpn` goes to ERR on the transport's account.
+    fn qp_enter_error(&mut self, qpn: u32) -> Option<Transition>;
+    /// Request to the QP block: flush QP `qpn`'s outstanding WQEs.
+    fn qp_flush(&mut self, qpn: u32, address: u64, qpc: Qpc);
+}
+
+/// The transport's timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timer {
+    /// The port finished serialising a frame and may start the next.
+    Tx,
+    /// Received frames leave the receive pipeline for the engines.
+    Rx,
+    /// A QP's local ACK timer is due.
+    Ack {
+        /// QP number.
+        qpn: u32,
+        /// Generation of the requester that armed it (stale timers are ignored).
+        generation: u64,
+    },
+    /// A QP's RNR wait is over.
+    Rnr {
+        /// QP number.
+        qpn: u32,
+        /// Generation of the RNR wait (stale timers are ignored).
+        generation: u64,
+    },
+}
+
+/// The transport at work on one request or event: its state and its ports.
+pub(crate) struct Engine<'a, I: Io> {
+    transport: &'a mut Transport,
+    io: I,
+}
+
+impl<I: Io> Engine<'_, I> {
+    #[inline]
+    fn now(&self) -> Picoseconds {
+        self.io.now()
+    }
+
+    fn diagnose(
+        &mut self,
+        source: Source,
+        object: impl Into<String>,
+        field: &'static str,
+        value: u64,
+        expected: impl Into<String>,
+    ) {
+        self.io.diagnose(source, object, field, value, expected);
+    }
+
+    #[inline]
+    fn dma_read(&mut self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        self.io.dma_read(address, buffer)
+    }
+
+    #[inline]
+    fn dma_write(&mut self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.io.dma_write(address, data)
+    }
+
+    #[inline]
+    fn check_memory_access(
+        &mut self,
+        key: u32,
+        pd: u32,
+        address: u64,
+        length: u64,
+        needed: MrAccess,
+    ) -> Result<MrTranslation, MrAccessError> {
+        self.io.check_memory_access(key, pd, address, length, needed)
+    }
+
+    fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
+        self.io.invalidate_rkey(rkey, pd)
+    }
+
+    fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
+        self.io.srq_take_wqe(srqn)
+    }
+
+    #[inline]
+    fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
+        self.io.post_cqe(cqn, cqe, solicited)
+    }
+
+    fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
+        self.io.async_event(event, sub_type, queue_number);
+    }
+
+    /// Moves QP `qpn` to ERR on the transport's own account: the QP block writes the
+    /// state, the engines drop the QP's WQEs, the QP block flushes what was outstanding.
+    fn qp_enter_error(&mut self, qpn: u32) {
+        let Some(transition) = self.io.qp_enter_error(qpn) else {
+            return;
+        };
+        self.qp_modified(qpn, transition.from, QpState::Err, &transition.qpc);
+        self.io.qp_flush(qpn, transition.address, transition.qpc);
+    }
+
+    /// A timer of the transport is due.
+    // Inlined into the top's event loop: one call less per transport event.
+    #[inline]
+    pub fn timer(&mut self, timer: Timer) {
+        match timer {
+            Timer::Tx => self.transport_tx_event(),
+            Timer::Rx => self.transport_rx_event(),
+            Timer::Ack { qpn, generation } => self.ack_timer_event(qpn, generation),
+            Timer::Rnr { qpn, generation } => self.rnr_timer_event(qpn, generation),
+        }
+    }
+}
 
 use qp_runtime::{QpRuntime, Response};
 use wqe_fetch::SendWqe;
@@ -83,7 +268,7 @@ impl FailedWqe {
 
 /// Frame buffers kept for reuse.
 const POOL_LIMIT: usize = 1024;
-/// Transmitted frames kept for [`Device::poll_transmit`] before the oldest is dropped
+/// Transmitted frames kept for [`Transport::poll_transmit`] before the oldest is dropped
 /// (nobody is polling the port).
 const TRANSMIT_QUEUE_LIMIT: usize = 4096;
 /// Capacity a new frame buffer gets: the largest RoCEv2 frame (4 KiB payload and headers).
@@ -162,17 +347,13 @@ pub(crate) struct Transport {
     /// Source of timer generations (never reused, so a stale timer is always ignored).
     pub generation: u64,
     pub counters: TransportCounters,
-}
-
-impl Default for Transport {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// The capabilities the WQE checks use (SGE and inline limits).
+    pub caps: rnic_firmware_if::caps::DeviceCaps,
 }
 
 impl Transport {
-    /// The transport of a device after power-on or function reset.
-    pub fn new() -> Self {
+    /// The transport of a device with `caps` after power-on or function reset: no QP.
+    pub fn new(caps: &rnic_firmware_if::caps::DeviceCaps) -> Self {
         Self {
             qps: BTreeMap::new(),
             active: VecDeque::with_capacity(64),
@@ -188,6 +369,7 @@ impl Transport {
             ipv4_identification: 0,
             generation: 0,
             counters: TransportCounters::default(),
+            caps: *caps,
         }
     }
 
@@ -196,6 +378,31 @@ impl Transport {
         let id = self.ipv4_identification;
         self.ipv4_identification = id.wrapping_add(1);
         id
+    }
+
+    /// The transport at work for one request or event, with its ports bound to `io`.
+    #[inline]
+    // The wiring is taken by value: the engine then reaches each service through one
+    // reference instead of two (the wiring is a handful of references, built per event).
+    pub fn engine<I: Io>(&mut self, io: I) -> Engine<'_, I> {
+        Engine { transport: self, io }
+    }
+
+    /// The next Ethernet frame (without FCS) the device has transmitted, if any.
+    #[inline]
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.transmitted.pop_front()
+    }
+
+    /// Returns a buffer obtained from [`Transport::poll_transmit`] for reuse, so the data
+    /// path does not allocate per packet.
+    pub fn recycle_frame(&mut self, buffer: Vec<u8>) {
+        self.give_buffer(buffer);
+    }
+
+    /// What the transport counted.
+    pub fn counters(&self) -> TransportCounters {
+        self.counters
     }
 
     /// A fresh timer generation.
@@ -228,13 +435,7 @@ impl Transport {
 
 // ---- the port -------------------------------------------------------------------------
 
-impl Device {
-    /// The next Ethernet frame (without FCS) the device has transmitted, if any.
-    #[inline]
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.transport.transmitted.pop_front()
-    }
-
+impl<I: Io> Engine<'_, I> {
     /// Delivers an Ethernet frame (without FCS) to the device's port now. The engines
     /// process it when it has been through the receive pipeline (at once with zero
     /// receive-side costs, e.g. the `ideal` preset).
@@ -268,28 +469,28 @@ impl Device {
     fn admit_frame(&mut self, frame: &[u8]) -> Option<(Picoseconds, u32)> {
         self.transport.counters.frames_received += 1;
         let now = self.now();
-        let params = *self.timing.params();
+        let params = *self.io.timing().params();
         let info = classify(frame);
-        self.timing.frame = FrameCharges {
+        self.io.timing().frame = FrameCharges {
             qpn: info.qpn,
             ..FrameCharges::default()
         };
         let start = now.max(self.transport.rx_free);
         if start > now {
-            self.timing.record(Stage::RxQueue, Picoseconds(start.0 - now.0));
+            self.io.timing().record(Stage::RxQueue, Picoseconds(start.0 - now.0));
         }
         let pipeline = params.cycles(params.rx_pipeline_cycles);
-        self.timing.record(Stage::RxPipeline, pipeline);
+        self.io.timing().record(Stage::RxPipeline, pipeline);
         let write = params.pcie_write_transfer(info.payload);
         if info.payload > 0 {
-            self.timing.record(Stage::PayloadWrite, write);
+            self.io.timing().record(Stage::PayloadWrite, write);
         }
         let mut link = write;
         let mut cqe = Picoseconds::ZERO;
         if info.may_complete {
             cqe = params.cqe_write();
             link = link + params.pcie_write_transfer(64);
-            self.timing.record(Stage::CqeWrite, cqe);
+            self.io.timing().record(Stage::CqeWrite, cqe);
         }
         self.transport.rx_free = start + link;
         let due = (start + pipeline + write + cqe).max(self.transport.rx_last);
@@ -304,7 +505,7 @@ impl Device {
     /// Queues an admitted frame for the receive pipeline event at `due`.
     fn queue_frame(&mut self, due: Picoseconds, qpn: u32, frame: Vec<u8>) {
         self.transport.rx_queue.push_back((due, qpn, frame));
-        self.scheduler.schedule_at(due, Event::TransportRx);
+        self.io.schedule_at(due, Timer::Rx);
     }
 
     /// The receive pipeline delivers every frame due by now to the engines.
@@ -326,16 +527,16 @@ impl Device {
     /// Runs a received frame through the engines; receive-side costs found on the way
     /// (translation, atomics' reads) delay the QP's next response.
     fn process_frame(&mut self, qpn: u32, frame: &[u8]) {
-        self.timing.frame = FrameCharges {
+        self.io.timing().frame = FrameCharges {
             qpn,
             ..FrameCharges::default()
         };
         self.parse_and_dispatch(frame);
-        let charges = std::mem::take(&mut self.timing.frame);
+        let charges = std::mem::take(&mut self.io.timing().frame);
         let mut delay = charges.latency;
         if charges.read_bytes > 0 {
-            let read = self.timing.params().pcie_read(charges.read_bytes);
-            self.timing.record(Stage::PayloadRead, read);
+            let read = self.io.timing().params().pcie_read(charges.read_bytes);
+            self.io.timing().record(Stage::PayloadRead, read);
             delay = delay + read;
         }
         if delay > Picoseconds::ZERO {
@@ -366,17 +567,6 @@ impl Device {
         self.dispatch_packet(frame, parsed);
     }
 
-    /// Returns a buffer obtained from [`Device::poll_transmit`] for reuse, so the data
-    /// path does not allocate per packet.
-    pub fn recycle_frame(&mut self, buffer: Vec<u8>) {
-        self.transport.give_buffer(buffer);
-    }
-
-    /// What the transport counted.
-    pub fn transport_counters(&self) -> TransportCounters {
-        self.transport.counters
-    }
-
     /// Drops a received frame: counted and diagnosed.
     pub(crate) fn drop_frame(&mut self, object: impl Into<String>, field: &'static str, value: u64, expected: String) {
         self.transport.counters.frames_dropped += 1;
@@ -401,7 +591,7 @@ impl Device {
             return;
         }
         self.transport.next_tx_at = Some(at);
-        self.scheduler.schedule_at(at, Event::TransportTx);
+        self.io.schedule_at(at, Timer::Tx);
     }
 
     /// The port: frames whose last bit left go out (or loop back); the next frame is
@@ -417,7 +607,7 @@ impl Device {
                 self.frame_left_port(frame);
             }
         }
-        let depth = self.timing.params().tx_pipeline_depth;
+        let depth = self.io.timing().params().tx_pipeline_depth;
         let room = self.transport.pipeline.len() < depth;
         let pcie_free = self.transport.pcie_read_free <= now;
         let tried = room && pcie_free;
@@ -446,7 +636,7 @@ impl Device {
                 Some(runtime) => runtime.in_ring = false,
                 None => continue,
             }
-            self.timing.frame = FrameCharges {
+            self.io.timing().frame = FrameCharges {
                 qpn,
                 ..FrameCharges::default()
             };
@@ -474,11 +664,11 @@ impl Device {
     /// serialisation; puts it in the pipeline.
     fn launch_frame(&mut self, qpn: u32, frame: Vec<u8>, response: bool) {
         let now = self.now();
-        let charges = std::mem::take(&mut self.timing.frame);
-        self.timing.frame.qpn = qpn;
+        let charges = std::mem::take(&mut self.io.timing().frame);
+        self.io.timing().frame.qpn = qpn;
         // The costs this frame is charged, worked out before any is recorded (no copy of
         // the whole parameter set per frame).
-        let params = self.timing.params();
+        let params = self.io.timing().params();
         let read_transfer = (charges.read_bytes > 0).then(|| params.pcie_read_transfer(charges.read_bytes));
         let read_latency = Picoseconds(params.pcie_read_latency_ps);
         let pipeline = params.cycles(params.tx_pipeline_cycles);
@@ -492,18 +682,20 @@ impl Device {
         let mut link = charges.read_link;
         if let Some(transfer) = read_transfer {
             let read = read_latency + transfer;
-            self.timing.record(Stage::PayloadRead, read);
+            self.io.timing().record(Stage::PayloadRead, read);
             latency = latency + read;
             link = link + transfer;
         }
         self.transport.pcie_read_free = now + link;
-        self.timing.record(Stage::TxPipeline, pipeline);
+        self.io.timing().record(Stage::TxPipeline, pipeline);
         let ready = now + latency + pipeline;
         let start = ready.max(self.transport.port_free);
         if start > ready {
-            self.timing.record(Stage::PortQueue, Picoseconds(start.0 - ready.0));
+            self.io
+                .timing()
+                .record(Stage::PortQueue, Picoseconds(start.0 - ready.0));
         }
-        self.timing.record(Stage::Serialisation, serialisation);
+        self.io.timing().record(Stage::Serialisation, serialisation);
         let end = start + serialisation;
         self.transport.port_free = end;
         self.transport.pipeline.push_back((end, frame));
@@ -688,10 +880,10 @@ pub(crate) fn mac_value(mac: &[u8; 6]) -> u64 {
 
 // ---- hooks from the QP engine ------------------------------------------------------------
 
-impl Device {
+impl<I: Io> Engine<'_, I> {
     /// MODIFY_QPC wrote `qpc` (state `to`) for QP `qpn`: create, refresh or drop the
     /// transport state. Called before the flush of a move to ERR.
-    pub(crate) fn transport_qp_modified(&mut self, qpn: u32, from: QpState, to: QpState, qpc: &Qpc) {
+    pub(crate) fn qp_modified(&mut self, qpn: u32, from: QpState, to: QpState, qpc: &Qpc) {
         match to {
             QpState::Rtr => {
                 let generation = self.transport.next_generation();
@@ -749,20 +941,20 @@ impl Device {
     }
 
     /// An SQ doorbell moved QP `qpn`'s producer index (QP in RTS).
-    pub(crate) fn transport_sq_doorbell(&mut self, qpn: u32, producer_index: u16) {
+    pub(crate) fn sq_doorbell(&mut self, qpn: u32, producer_index: u16) {
         let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
             return;
         };
         runtime.requester.producer = producer_index;
         runtime.requester.stalled = false;
-        let delay = Picoseconds(self.timing.params().doorbell_ps);
-        self.timing.frame.qpn = qpn;
-        self.timing.record(Stage::Doorbell, delay);
+        let delay = Picoseconds(self.io.timing().params().doorbell_ps);
+        self.io.timing().frame.qpn = qpn;
+        self.io.timing().record(Stage::Doorbell, delay);
         self.kick_qp(qpn, delay);
     }
 
     /// An RQ doorbell moved QP `qpn`'s producer index.
-    pub(crate) fn transport_rq_doorbell(&mut self, qpn: u32, producer_index: u16) {
+    pub(crate) fn rq_doorbell(&mut self, qpn: u32, producer_index: u16) {
         if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
             runtime.responder.rq_producer = producer_index;
         }
@@ -771,7 +963,7 @@ impl Device {
 
 // ---- completions, write-back and errors shared by the engines ------------------------------
 
-impl Device {
+impl<I: Io> Engine<'_, I> {
     /// Writes the send-side CQE for `wqe` if it completes visibly: always on error, else
     /// when signaled or the QP signals every WQE.
     pub(crate) fn complete_send(&mut self, qpn: u32, wqe: &FailedWqe) {
@@ -817,7 +1009,7 @@ impl Device {
             psn_error: responder.psn_error_sent,
             rq_consumer: responder.rq_consumer,
         };
-        self.contexts.record_progress(qpn, progress);
+        self.io.record_progress(qpn, progress);
     }
 
     /// The requester cannot go on: WQEs before `failed` in the window complete with

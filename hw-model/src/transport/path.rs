@@ -13,10 +13,10 @@
 
 use rnic_firmware_if::context::Qpc;
 
-use crate::device::Device;
 use crate::wire::{self, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, RoceRepr, VlanTag};
 
 use super::wqe_fetch::UdAddress;
+use super::{Engine, Io};
 
 /// EtherType of IPv4.
 const ETHERTYPE_IPV4: u16 = 0x0800;
@@ -103,7 +103,7 @@ pub(crate) fn gid_of_ipv4(ip: [u8; 4]) -> [u8; 16] {
     gid
 }
 
-impl Device {
+impl<I: Io> Engine<'_, I> {
     /// The Ethernet/IP/UDP part of a packet on `path` from QP `local_qpn` to
     /// `remote_qpn`; the caller fills BTH and extension headers.
     // Inlined into its two callers (one per packet built): the large repr is then built
@@ -117,21 +117,11 @@ impl Device {
         remote_qpn: u32,
         bth: wire::BthRepr,
     ) -> Result<RoceRepr, PathError> {
-        let sgid = self
-            .firmware
-            .gids
-            .get(usize::from(path.sgid_index))
-            .copied()
-            .flatten()
-            .ok_or(PathError::NoSourceGid(path.sgid_index))?
-            .gid;
-        let smacs = &self.firmware.smacs;
-        let smac = smac_index
-            .map(usize::from)
-            .or(Some(usize::from(path.sgid_index)))
-            .and_then(|i| smacs.get(i).copied().flatten())
-            .or_else(|| smacs.first().copied().flatten())
-            .unwrap_or(self.config.mac_address);
+        let port = self.io.port();
+        let sgid = port
+            .source_gid(path.sgid_index)
+            .ok_or(PathError::NoSourceGid(path.sgid_index))?;
+        let smac = port.source_mac(smac_index, path.sgid_index);
         let vlan = (path.vlan_id < NO_VLAN).then_some(VlanTag {
             pcp: path.service_level & 7,
             dei: false,
@@ -181,12 +171,12 @@ impl Device {
 
     /// Whether `mac` is one of this port's MAC addresses (SMAC table).
     pub(crate) fn is_local_mac(&self, mac: &[u8; 6]) -> bool {
-        self.firmware.smacs.iter().flatten().any(|m| m == mac)
+        self.io.port().is_local_mac(mac)
     }
 
     /// Whether `gid` is one of this port's GIDs.
     pub(crate) fn is_local_gid(&self, gid: &[u8; 16]) -> bool {
-        self.firmware.gids.iter().flatten().any(|entry| entry.gid == *gid)
+        self.io.port().is_local_gid(gid)
     }
 }
 

@@ -17,7 +17,6 @@ use rnic_firmware_if::context::{QpState, ServiceType};
 use rnic_firmware_if::cqe::CqeStatus;
 use rnic_firmware_if::event::{AsyncEventType, WqCatastrophicSubtype};
 
-use crate::device::Device;
 use crate::diagnostics::Source;
 use crate::wire::{self, opcode::BthOpcode, AtomicEthRepr, BthRepr, DethRepr, RethRepr};
 
@@ -29,6 +28,7 @@ use super::qp_runtime::{psn_add, psn_diff, ACK_REQUEST_INTERVAL, MAX_WINDOW_WQES
 use super::qp_runtime::{MAX_UNACKED_PSNS, RETRY_WINDOW_START};
 use super::wqe_fetch::{FetchError, Payload, WqeKind};
 use super::FailedWqe;
+use super::{Engine, Io, Timer};
 
 /// The CQE status for a local transfer failure.
 pub(crate) fn local_status(error: &TransferError) -> CqeStatus {
@@ -63,7 +63,7 @@ pub(crate) fn bth(opcode: u8, destination_qp: u32, psn: u32) -> BthRepr {
     }
 }
 
-impl Device {
+impl<I: Io> Engine<'_, I> {
     /// Builds QP `qpn`'s next request packet, or None when it has nothing it may send.
     pub(crate) fn requester_next_packet(&mut self, qpn: u32) -> Option<Vec<u8>> {
         loop {
@@ -377,8 +377,7 @@ impl Device {
         if !requester.ack_event_pending {
             requester.ack_event_pending = true;
             let generation = requester.generation;
-            self.scheduler
-                .schedule_at(deadline, crate::device::Event::AckTimer { qpn, generation });
+            self.io.schedule_at(deadline, Timer::Ack { qpn, generation });
         }
     }
 

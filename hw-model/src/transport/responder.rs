@@ -16,7 +16,6 @@ use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::cqe::{Cqe, CqeStatus, RecvOpcode};
 use rnic_firmware_if::event::{AsyncEventType, LocalAccessSubtype};
 
-use crate::device::Device;
 use crate::diagnostics::Source;
 use crate::mpt::{MrAccess, MrAccessError};
 use crate::time::Picoseconds;
@@ -30,6 +29,7 @@ use super::qp_runtime::{
 };
 use super::requester::{bth, pad_for};
 use super::wqe_fetch::{packet_count, MAX_MESSAGE};
+use super::{Engine, Io};
 
 /// Bytes of the GRH slot at the start of a UD receive buffer.
 const GRH_LENGTH: usize = 40;
@@ -107,7 +107,7 @@ fn remote_fault(error: TransferError) -> Fault {
     }
 }
 
-impl Device {
+impl<I: Io> Engine<'_, I> {
     // ---- RC ------------------------------------------------------------------------
 
     /// An RC request packet for QP `qpn`.

@@ -9,9 +9,10 @@ use rnic_firmware_if::cmdq::GidType;
 
 use super::*;
 use crate::config::DeviceConfig;
-use crate::firmware::GidTableEntry;
+use crate::device::Device;
 use crate::interrupt::RecordingSink;
 use crate::memory::PagedMemory;
+use crate::port::GidTableEntry;
 use crate::wire::{opcode::BthOpcode, BthRepr, EthernetRepr, IpRepr, Ipv4Repr, RethRepr, RoceRepr};
 
 const GID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 1];
@@ -22,10 +23,13 @@ fn device() -> Device {
         Arc::new(PagedMemory::new()),
         Box::new(RecordingSink::new()),
     );
-    device.firmware.gids[0] = Some(GidTableEntry {
-        gid: GID,
-        gid_type: GidType::RoceV2Ipv4,
-    });
+    assert!(device.port.set_gid(
+        0,
+        Some(GidTableEntry {
+            gid: GID,
+            gid_type: GidType::RoceV2Ipv4,
+        })
+    ));
     device
 }
 

@@ -12,11 +12,11 @@ use rnic_firmware_if::context::ServiceType;
 use rnic_firmware_if::cqe::CqeStatus;
 use rnic_firmware_if::wqe::{RcSqWqe, Sge, SqOpcode, UdSqWqe, MAX_INLINE_IN_WQE, SGE_SIZE, SQ_WQE_SIZE};
 
-use crate::device::Device;
 use crate::diagnostics::Source;
 
 use super::dma::{ExtRing, InlineData, SgeCursor, SgeList};
 use super::qp_runtime::{ClaimedRecv, QpConfig};
+use super::{Engine, Io};
 
 /// Largest message (IBA: 2^31 bytes; RETH DMA length).
 pub(crate) const MAX_MESSAGE: u32 = 1 << 31;
@@ -129,7 +129,7 @@ pub(crate) fn packet_count(length: u32, mtu: u32) -> u32 {
     length.div_ceil(mtu).max(1)
 }
 
-impl Device {
+impl<I: Io> Engine<'_, I> {
     /// Reads and decodes SQ WQE `index` of QP `config.qpn`.
     pub(crate) fn fetch_send_wqe(&mut self, config: &QpConfig, index: u16) -> Result<SendWqe, FetchError> {
         let Some(buffer) = config.buffer else {
@@ -139,11 +139,11 @@ impl Device {
         self.read_buffer(&buffer.mtr, buffer.sq_wqe_offset(u32::from(index)), &mut raw)
             .map_err(|e| FetchError::Unreachable(e.to_string()))?;
         // Timing: the QPC (context cache), then one PCIe read round trip for the WQE.
-        let context = self.timing.context_lookup(config.qpn);
-        let params = *self.timing.params();
+        let context = self.io.timing().context_lookup(config.qpn);
+        let params = *self.io.timing().params();
         let fetch = params.wqe_fetch();
-        self.timing.record(crate::timing::Stage::WqeFetch, fetch);
-        let frame = &mut self.timing.frame;
+        self.io.timing().record(crate::timing::Stage::WqeFetch, fetch);
+        let frame = &mut self.io.timing().frame;
         frame.latency = frame.latency + context + fetch;
         frame.read_link = frame.read_link + params.pcie_read_transfer(params.wqe_bytes);
         let ring = (config.sge_slots > 0).then(|| ExtRing {
@@ -214,7 +214,7 @@ impl Device {
                 },
             )?
         } else {
-            if u32::from(sge_count) > u32::from(self.config.caps.max_sq_sges) {
+            if u32::from(sge_count) > u32::from(self.transport.caps.max_sq_sges) {
                 return Err(invalid(
                     raw_opcode,
                     CqeStatus::LocalLengthErr,
@@ -303,7 +303,7 @@ impl Device {
         ring: Option<ExtRing>,
         in_wqe: [u8; 32],
     ) -> Result<Payload, FetchError> {
-        let max_inline = u32::from(self.config.caps.max_sq_inline);
+        let max_inline = u32::from(self.transport.caps.max_sq_inline);
         if length > max_inline {
             return Err(invalid(
                 opcode,
