@@ -243,7 +243,7 @@ rxe_capture_start() {
     shift
     # ip netns exec directly, not the rxe_ns function: a backgrounded function is a
     # subshell, and $! would name that subshell instead of tcpdump.
-    ip netns exec "$RXE_NS" tcpdump -Z root -i "$RXE_TAP" -s 0 -U -w "$file" "$@" >"$file.log" 2>&1 &
+    ip netns exec "$RXE_NS" tcpdump -Z root -i "$RXE_TAP" -s 0 -B 65536 -U -w "$file" "$@" >"$file.log" 2>&1 &
     RXE_CAPTURE_PID=$!
     # tcpdump says "listening on" once the socket is open: frames from then on are kept.
     for _ in $(seq 50); do
