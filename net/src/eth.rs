@@ -119,9 +119,12 @@ impl EthBackend {
         let (sender, frames) = mpsc::sync_channel(RX_QUEUE);
         let reader = {
             let (wake, stop, overflow) = (wake.clone(), stop.clone(), overflow.clone());
-            std::thread::Builder::new()
-                .name(format!("rnic-emu-eth-{interface}"))
-                .spawn(move || read_frames(rx, sender, &wake, &stop, &overflow))?
+            // Signals blocked: inside the drop-in libraries this thread lives in an
+            // application, whose process-directed signals are its own.
+            rnic_os::spawn_with_signals_blocked(
+                std::thread::Builder::new().name(format!("rnic-emu-eth-{interface}")),
+                move || read_frames(rx, sender, &wake, &stop, &overflow),
+            )?
         };
         tracing::info!(target: "rnic_emu::net", interface, "eth backend open");
         Ok(Self {

@@ -29,7 +29,9 @@
 //!   ([`lock_pages`]) for registrations on a PCI function;
 //! * `setns`, `prctl(PR_SET_TIMERSLACK)` and `sigaction` for the emulator process
 //!   ([`enter_network_namespace`], [`set_thread_timer_slack`],
-//!   [`install_termination_handlers`]).
+//!   [`install_termination_handlers`]);
+//! * `pthread_sigmask` ([`spawn_with_signals_blocked`]) — the drop-in libraries' threads
+//!   must not take the application's process-directed signals.
 //!
 //! Memory shared with another process is only ever touched through raw pointers
 //! (`copy_nonoverlapping`) or atomics, never through Rust references: the other process
@@ -43,6 +45,7 @@ mod memory;
 mod pagemap;
 mod process;
 mod socket;
+mod thread;
 
 use std::io;
 
@@ -54,6 +57,7 @@ pub use process::{
     enter_network_namespace, install_termination_handlers, set_thread_timer_slack, termination_requested,
 };
 pub use socket::{bind_unix_listener, recv_with_fds, send_with_fds, set_receive_buffer, Received, MAX_FDS_PER_MESSAGE};
+pub use thread::{signal_blocked_in_this_thread, spawn_with_signals_blocked};
 
 /// Turns a negative libc return value into the thread's `errno`.
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {

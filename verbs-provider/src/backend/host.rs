@@ -451,12 +451,13 @@ impl HostNic {
         });
         let thread = {
             let shared = shared.clone();
-            std::thread::Builder::new()
-                .name("rnic-progress".into())
-                .spawn(move || progress(&shared))
-                .map_err(|e| AccessError::InvalidRequest {
-                    reason: format!("cannot start the progress thread: {e}"),
-                })?
+            // Signals blocked: the application's process-directed signals are its own.
+            rnic_os::spawn_with_signals_blocked(std::thread::Builder::new().name("rnic-progress".into()), move || {
+                progress(&shared)
+            })
+            .map_err(|e| AccessError::InvalidRequest {
+                reason: format!("cannot start the progress thread: {e}"),
+            })?
         };
         let stopper = Arc::new(Stopper {
             shared: shared.clone(),

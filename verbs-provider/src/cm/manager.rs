@@ -288,9 +288,10 @@ impl ConnectionManager {
         let stop = Arc::new(AtomicBool::new(false));
         let shared = self.shared.clone();
         let flag = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("rnic-cm".into())
-            .spawn(move || {
+        // Signals blocked: in the drop-in librdmacm this thread lives in an application,
+        // whose process-directed signals are its own.
+        let handle =
+            rnic_os::spawn_with_signals_blocked(std::thread::Builder::new().name("rnic-cm".into()), move || {
                 while !flag.load(Ordering::Acquire) {
                     if shared.progress() {
                         continue;

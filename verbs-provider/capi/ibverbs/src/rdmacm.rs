@@ -218,12 +218,13 @@ fn register_exit_handler() {
         };
         // On a thread of its own: the exiting thread's thread-locals (which tracing
         // uses) are already gone when exit handlers run.
-        let work = std::thread::Builder::new().name("rnic-cm-exit".into()).spawn(move || {
-            let live = destroy_ids(&state, |_| true);
-            if live > 0 && !state.cm.wait_sent(EXIT_FLUSH_LIMIT) {
-                diag!("exit: the connection manager's last MADs did not leave within {EXIT_FLUSH_LIMIT:?}");
-            }
-        });
+        let work =
+            rnic_os::spawn_with_signals_blocked(std::thread::Builder::new().name("rnic-cm-exit".into()), move || {
+                let live = destroy_ids(&state, |_| true);
+                if live > 0 && !state.cm.wait_sent(EXIT_FLUSH_LIMIT) {
+                    diag!("exit: the connection manager's last MADs did not leave within {EXIT_FLUSH_LIMIT:?}");
+                }
+            });
         if let Ok(work) = work {
             let _ = work.join();
         }

@@ -201,9 +201,9 @@ pub fn process_events(open: &OpenDevice) {
 /// For backends without an interrupt handler (pci, vfio-user): processes events every
 /// millisecond while the device is open, so completion channels still wake up.
 pub fn start_event_poller(open: Weak<OpenDevice>) {
-    let spawned = std::thread::Builder::new()
-        .name("rnic-events".into())
-        .spawn(move || loop {
+    // Signals blocked: the application's process-directed signals are its own.
+    let spawned =
+        rnic_os::spawn_with_signals_blocked(std::thread::Builder::new().name("rnic-events".into()), move || loop {
             match open.upgrade() {
                 Some(open) => process_events(&open),
                 None => return,

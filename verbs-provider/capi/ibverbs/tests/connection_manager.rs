@@ -258,6 +258,53 @@ fn wildcard_portals_of_both_families_share_a_port_when_family_only() {
     );
 }
 
+/// tgtd's backing-store completions: the main thread blocks SIGUSR2 after the libraries
+/// started their threads and reads it from a signalfd, workers send it with
+/// `kill(getpid(), SIGUSR2)`. Every signal reaches the signalfd because the libraries'
+/// threads (progress, network reader, CM) block asynchronous signals; before, one of
+/// them took SIGUSR2 and its default action ended tgtd at its first READ
+/// (tests/c/signalfd_worker.c).
+#[test]
+fn process_directed_signals_reach_the_application_not_our_threads() {
+    if !require("gcc") {
+        return;
+    }
+    if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        if std::env::var_os("RNIC_SKIP_RDMA_APPS").is_some() {
+            return;
+        }
+        panic!("librdmacm-dev is not installed (scripts/test installs it, as root)");
+    }
+    let source = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/signalfd_worker.c");
+    let binary = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rnic-signalfd-worker");
+    let output = std::process::Command::new("gcc")
+        .args(["-Wall", "-Werror", "-pthread", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .expect("run gcc");
+    assert!(
+        output.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let program = binary.to_str().expect("path");
+    let output = common::wait_bounded(
+        common::command(program, &["50"], "udp:127.0.4.63")
+            .spawn()
+            .expect("start signalfd_worker"),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("signalfd: 50 of 50 signals read"),
+        "signalfd_worker ({})\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 fn perftest_cm(program: &str, pair: u8) {
     if !require(program) {
         return;
