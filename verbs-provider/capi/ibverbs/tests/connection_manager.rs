@@ -177,23 +177,25 @@ fn qperf_cm_runs_its_rc_tests_one_connection_after_another() {
     assert!(figures.len() == 4 && figures.iter().all(|f| *f > 0.0), "{report}");
 }
 
-/// A server that exits with its connection up: Linux destroys the process's ids and sends
-/// the DREQ, so the client sees DISCONNECTED (tests/c/cm_exit.c).
-#[test]
-fn a_process_that_exits_with_a_connection_up_disconnects_it() {
+/// Builds `tests/c/SOURCE` against the installed rdma-core headers and libraries (which
+/// the test runs on ours through the library path); None when gcc is missing, or the
+/// headers are and the run asked to skip the C programs.
+fn compile_c_test(source: &str, name: &str) -> Option<std::path::PathBuf> {
     if !require("gcc") {
-        return;
+        return None;
     }
     if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
         if std::env::var_os("RNIC_SKIP_RDMA_APPS").is_some() {
-            return;
+            return None;
         }
         panic!("librdmacm-dev is not installed (scripts/test installs it, as root)");
     }
-    let source = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_exit.c");
-    let binary = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rnic-cm-exit");
+    let source = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(source);
+    let binary = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     let output = std::process::Command::new("gcc")
-        .args(["-Wall", "-Werror", "-o"])
+        .args(["-Wall", "-Werror", "-pthread", "-o"])
         .arg(&binary)
         .arg(&source)
         .args(["-lrdmacm", "-libverbs"])
@@ -204,6 +206,16 @@ fn a_process_that_exits_with_a_connection_up_disconnects_it() {
         "gcc: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+    Some(binary)
+}
+
+/// A server that exits with its connection up: Linux destroys the process's ids and sends
+/// the DREQ, so the client sees DISCONNECTED (tests/c/cm_exit.c).
+#[test]
+fn a_process_that_exits_with_a_connection_up_disconnects_it() {
+    let Some(binary) = compile_c_test("cm_exit.c", "rnic-cm-exit") else {
+        return;
+    };
     let program = binary.to_str().expect("path");
     let result = run(program, &["server", "SRV", "19531"], &["client", "SRV", "19531"], 17);
     result.assert_success("cm_exit");
@@ -219,29 +231,9 @@ fn a_process_that_exits_with_a_connection_up_disconnects_it() {
 /// IPv6 wildcard's bind fails with EADDRNOTAVAIL (tests/c/cm_portals.c).
 #[test]
 fn wildcard_portals_of_both_families_share_a_port_when_family_only() {
-    if !require("gcc") {
+    let Some(binary) = compile_c_test("cm_portals.c", "rnic-cm-portals") else {
         return;
-    }
-    if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
-        if std::env::var_os("RNIC_SKIP_RDMA_APPS").is_some() {
-            return;
-        }
-        panic!("librdmacm-dev is not installed (scripts/test installs it, as root)");
-    }
-    let source = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_portals.c");
-    let binary = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rnic-cm-portals");
-    let output = std::process::Command::new("gcc")
-        .args(["-Wall", "-Werror", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("run gcc");
-    assert!(
-        output.status.success(),
-        "gcc: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    };
     let program = binary.to_str().expect("path");
     let output = common::wait_bounded(
         common::command(program, &["3260"], "udp:127.0.4.61")
@@ -266,29 +258,9 @@ fn wildcard_portals_of_both_families_share_a_port_when_family_only() {
 /// (tests/c/signalfd_worker.c).
 #[test]
 fn process_directed_signals_reach_the_application_not_our_threads() {
-    if !require("gcc") {
+    let Some(binary) = compile_c_test("signalfd_worker.c", "rnic-signalfd-worker") else {
         return;
-    }
-    if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
-        if std::env::var_os("RNIC_SKIP_RDMA_APPS").is_some() {
-            return;
-        }
-        panic!("librdmacm-dev is not installed (scripts/test installs it, as root)");
-    }
-    let source = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/signalfd_worker.c");
-    let binary = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rnic-signalfd-worker");
-    let output = std::process::Command::new("gcc")
-        .args(["-Wall", "-Werror", "-pthread", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("run gcc");
-    assert!(
-        output.status.success(),
-        "gcc: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    };
     let program = binary.to_str().expect("path");
     let output = common::wait_bounded(
         common::command(program, &["50"], "udp:127.0.4.63")
