@@ -75,9 +75,13 @@ pub struct LocalSge {
 }
 
 impl LocalSge {
-    /// The SGE, choosing among [`LOCAL_KEYS`].
+    /// The SGE, choosing among [`LOCAL_KEYS`]; a raw key equal to region B's becomes
+    /// another (B is the region no WQE names, so any DMA to it is a violation).
     pub fn sge(self, bed: &LiveBed) -> rnic_firmware_if::wqe::Sge {
-        let key = self.key.key(bed, LOCAL_KEYS);
+        let mut key = self.key.key(bed, LOCAL_KEYS);
+        if key == bed.region(2).key {
+            key ^= 1;
+        }
         let base = bed
             .regions
             .iter()
