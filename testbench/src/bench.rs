@@ -275,6 +275,10 @@ pub struct BenchReport {
     pub connection_manager: bool,
     /// CM MADs both connection managers sent (retransmissions included); 0 without one.
     pub cm_mads: u64,
+    /// Wall mode: this machine's memcpy, Gb/s, measured in the same run just before the
+    /// traffic, moving messages of the run's size between buffers laid out as one pair's
+    /// slots ([`memcpy_yardstick`]); `None` in virtual mode.
+    pub memcpy_gbps: Option<f64>,
 }
 
 impl BenchReport {
@@ -299,15 +303,26 @@ impl BenchReport {
         Ok(())
     }
 
-    /// One JSON object on one line.
+    /// Goodput over the same run's memcpy (wall mode): how far the emulator is from the
+    /// machine's floor.
+    pub fn memcpy_ratio(&self) -> Option<f64> {
+        self.memcpy_gbps.filter(|m| *m > 0.0).map(|m| self.bw_gbps / m)
+    }
+
+    /// One JSON object on one line. Wall-mode runs end it with `memcpy_gbps` and
+    /// `memcpy_ratio`.
     pub fn to_json(&self) -> String {
+        let memcpy = match (self.memcpy_gbps, self.memcpy_ratio()) {
+            (Some(gbps), Some(ratio)) => format!(",\"memcpy_gbps\":{gbps:.6},\"memcpy_ratio\":{ratio:.6}"),
+            _ => String::new(),
+        };
         format!(
             "{{\"op\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"messages_ok\":{},\"messages_failed\":{},\
              \"bytes_verified\":{},\"retransmissions\":{},\"frames\":{},\"frames_dropped\":{},\"frames_duplicated\":{},\
              \"frames_reordered\":{},\"frames_corrupted\":{},\"mode\":\"{}\",\"preset\":\"{}\",\"test\":\"{}\",\
              \"bw_gbps\":{:.6},\"bw_peak_gbps\":{:.6},\"msg_rate_mpps\":{:.6},\"lat_us\":{{\"min\":{:.6},\"p50\":{:.6},\
              \"p99\":{:.6},\"max\":{:.6}}},\"mtt_misses\":{},\"sim_time_ps\":{},\"wall_time_s\":{:.6},\"cm\":{},\
-             \"cm_mads\":{},\"messages_expected\":{}}}",
+             \"cm_mads\":{},\"messages_expected\":{}{}}}",
             self.operation,
             self.size,
             self.iterations,
@@ -337,7 +352,8 @@ impl BenchReport {
             self.wall_time_s,
             self.connection_manager,
             self.cm_mads,
-            self.messages_expected
+            self.messages_expected,
+            memcpy
         )
     }
 
@@ -371,6 +387,11 @@ impl BenchReport {
             "99% pct[usec]",
             "t_max[usec]"
         );
+        if self.memcpy_gbps.is_some() {
+            // Beside perftest's columns, not among them, so their positions stay.
+            out.pop();
+            let _ = writeln!(out, " {:>15} {:>10}", "memcpy[Gb/sec]", "BW/memcpy");
+        }
         out
     }
 
@@ -392,6 +413,10 @@ impl BenchReport {
             self.lat_us[2],
             self.lat_us[3]
         );
+        if let (Some(gbps), Some(ratio)) = (self.memcpy_gbps, self.memcpy_ratio()) {
+            out.pop();
+            let _ = writeln!(out, " {gbps:>15.2} {ratio:>10.4}");
+        }
         out
     }
 
@@ -559,7 +584,8 @@ struct Pair {
 struct Timings {
     /// Latency of each message, ps (virtual) or ns (wall).
     latencies: Vec<u64>,
-    /// Completion instant of each message, ps (virtual) or ns since the start (wall).
+    /// Completion instant of each message, ps (virtual) or ns since the start (wall): the
+    /// requester's completion, or for a SEND its receive completion (delivery).
     completions: Vec<u64>,
 }
 
@@ -751,6 +777,9 @@ pub fn run_with_progress(
     } else {
         None
     };
+    for pair in &pairs {
+        prepare_buffers(config, pair, size)?;
+    }
     let before = transport_retransmissions(&requester.device) + transport_retransmissions(&responder.device);
     let cqes_written =
         || requester.device.with_device(|d| d.counters().cqes) + responder.device.with_device(|d| d.counters().cqes);
@@ -758,6 +787,10 @@ pub fn run_with_progress(
     for side in [&requester, &responder] {
         side.device.with_device(|d| d.timing_mut().reset_totals());
     }
+    let memcpy_gbps = match config.mode {
+        Mode::Wall => Some(memcpy_yardstick(size, slots, slot_size)),
+        Mode::Virtual => None,
+    };
     let start = fabric.now();
     let measure_start = Instant::now();
     let mut report = BenchReport {
@@ -770,6 +803,7 @@ pub fn run_with_progress(
         preset: config.preset.clone(),
         test: if config.latency_test { "lat" } else { "bw" },
         messages_expected: config.iterations * config.queue_pairs as u64,
+        memcpy_gbps,
         ..BenchReport::default()
     };
     let expected_messages = config.iterations * config.queue_pairs as u64;
@@ -917,6 +951,49 @@ pub fn run_with_progress(
     };
     Ok((report, capture))
 }
+
+/// This machine's memcpy in Gb/s, for the ratio wall mode prints beside its goodput:
+/// messages of `size` bytes copied from one set of `slots` buffers `slot_size` apart into
+/// another, slot after slot, as one pair's messages move (so a run whose buffers outgrow
+/// the CPU caches is compared with a memcpy whose buffers do too). Median of
+/// [`MEMCPY_ROUNDS`] rounds, each of at least one pass over the slots and
+/// [`MEMCPY_ROUND`] of wall time, measured before the traffic starts.
+pub fn memcpy_yardstick(size: usize, slots: usize, slot_size: usize) -> f64 {
+    let length = slots * slot_size;
+    let source = vec![0x5au8; length];
+    let mut destination = vec![0u8; length];
+    // One pass first: every page of both is faulted in before anything is timed.
+    destination.copy_from_slice(&source);
+    let mut rates = Vec::with_capacity(MEMCPY_ROUNDS);
+    let mut slot = 0usize;
+    for _ in 0..MEMCPY_ROUNDS {
+        let started = Instant::now();
+        let mut copies = 0usize;
+        // The clock is read once per batch of about 64 KiB, so small copies are not
+        // measured as clock reads.
+        let batch = (MEMCPY_BATCH_BYTES / size.max(1)).max(1);
+        while copies < slots || started.elapsed() < MEMCPY_ROUND {
+            for _ in 0..batch {
+                let at = slot * slot_size;
+                destination[at..at + size].copy_from_slice(std::hint::black_box(&source[at..at + size]));
+                std::hint::black_box(&mut destination);
+                slot = (slot + 1) % slots;
+                copies += 1;
+            }
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        rates.push((copies * size) as f64 * 8.0 / seconds / 1e9);
+    }
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
+
+/// Bytes [`memcpy_yardstick`] copies between two reads of the clock.
+const MEMCPY_BATCH_BYTES: usize = 64 << 10;
+/// Rounds of [`memcpy_yardstick`].
+const MEMCPY_ROUNDS: usize = 5;
+/// Least wall time of one round of [`memcpy_yardstick`].
+const MEMCPY_ROUND: std::time::Duration = std::time::Duration::from_millis(4);
 
 /// Lets virtual time pass when the drivers have nothing to do.
 fn step_time(config: &BenchConfig, fabric: &EmbeddedFabric) {
@@ -1105,7 +1182,11 @@ fn step(
             let message = pair.completed;
             pair.completed += 1;
             if let Some(posted) = pair.posted_at.pop_front() {
-                timings.completions.push(completed);
+                // A SEND's bytes are delivered when its receive completes: that instant
+                // is recorded below, with the responder's completions.
+                if operation_of(config, pair.index, message) != Operation::Send {
+                    timings.completions.push(completed);
+                }
                 if !implied {
                     // Only a signalled message has an instant of its own.
                     timings.latencies.push(completed.saturating_sub(posted));
@@ -1129,6 +1210,11 @@ fn step(
     for wc in &completions[..got] {
         progress = true;
         let message = wc.wr_id;
+        // Goodput counts a SEND when its bytes are delivered. Counting it at the
+        // requester's completion instead left the last SEND of every run out: the run
+        // ends at the last receive completion, before the ACK of the last SEND completes
+        // it at the requester (docs/timing.md, "The SEND tail").
+        timings.completions.push(clock.now(clock.fabric.now()));
         if pair.pending_receives.pop_front() != Some(message) {
             failure(report, format!("pair {}: receive {message} out of order", pair.index));
         }
@@ -1228,6 +1314,52 @@ fn failure(report: &mut BenchReport, what: String) {
     }
 }
 
+/// Whether every message's source bytes are written when it is posted: only when someone
+/// can see which message's bytes a slot holds (a check or a capture).
+fn fills_every_message(config: &BenchConfig) -> bool {
+    config.verify || config.capture
+}
+
+/// Readies a pair's buffers before the measurement, as perftest does before its clock
+/// starts: every byte of both regions is written once, so no page of them is first
+/// touched (and faulted in and zeroed by the operating system) while wall-mode time runs,
+/// and, unless every message is filled when posted, each slot gets the bytes its first
+/// message carries. Nothing here is the NIC's work, and no virtual time passes.
+fn prepare_buffers(config: &BenchConfig, pair: &Pair, size: usize) -> Result<(), BenchError> {
+    const CHUNK: usize = 1 << 20;
+    let zeros = vec![0u8; CHUNK.min(pair.slots * pair.slot_size)];
+    for region in [&pair.requester_mr, &pair.responder_mr] {
+        // The slots only: the pair's atomic word after them keeps its value.
+        let mut offset = 0usize;
+        while offset < pair.slots * pair.slot_size {
+            let length = zeros.len().min(pair.slots * pair.slot_size - offset);
+            region.write(offset as u64, &zeros[..length])?;
+            offset += length;
+        }
+    }
+    if fills_every_message(config) {
+        return Ok(());
+    }
+    let mut buffer = vec![0u8; size];
+    for message in 0..(pair.slots as u64).min(config.iterations) {
+        let length = message_size(config, size, pair.index, message);
+        let offset = message * pair.slot_size as u64;
+        let bytes = &mut buffer[..length];
+        match operation_of(config, pair.index, message) {
+            Operation::Write | Operation::Send => {
+                fill_pattern(bytes, pair.index, message);
+                pair.requester_mr.write(offset, bytes)?;
+            }
+            Operation::Read => {
+                fill_pattern(bytes, pair.index, message);
+                pair.responder_mr.write(offset, bytes)?;
+            }
+            Operation::Atomic | Operation::Mixed => {}
+        }
+    }
+    Ok(())
+}
+
 fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<(), BenchError> {
     let message = pair.posted;
     let slot = (message % pair.slots as u64) as usize;
@@ -1252,9 +1384,10 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
     };
     // The pattern names the message so that a check can tell messages apart. When
     // nothing is checked or captured, nobody can see which message's bytes a slot holds,
-    // so, as perftest does, a slot is filled once, on its first message: the refill would
-    // be the harness's work, timed in wall mode as if it were the NIC's.
-    let fill = config.verify || config.capture || message < pair.slots as u64;
+    // so, as perftest does, a slot is filled once, before the measurement
+    // (`prepare_buffers`): the refill would be the harness's work, timed in wall mode as
+    // if it were the NIC's.
+    let fill = fills_every_message(config);
     match operation_of(config, pair.index, message) {
         Operation::Write => {
             if fill {

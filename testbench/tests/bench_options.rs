@@ -139,3 +139,62 @@ fn progress_reports_climb_to_the_expected_count_and_change_nothing() {
     let strip = |json: String| json.split(",\"wall_time_s\"").next().unwrap().to_string();
     assert_eq!(strip(watched.to_json()), strip(unwatched.to_json()));
 }
+
+#[test]
+fn a_send_counts_when_its_receive_completes_so_no_send_is_left_out_of_the_goodput() {
+    // Eight 4 MiB SENDs: the run ends at the last receive completion, before the ACK of
+    // the last SEND reaches the requester. Goodput and message rate still count all eight.
+    for operation in [Operation::Send, Operation::Write] {
+        let report = ok(&BenchConfig {
+            operation,
+            verify: false,
+            ..write(4 << 20, 8)
+        });
+        let seconds = report.sim_time_ps as f64 * 1e-12;
+        let messages = report.msg_rate_mpps * 1e6 * seconds;
+        assert!(
+            (messages - 8.0).abs() < 1e-3,
+            "{operation:?}: {messages} messages counted"
+        );
+        let bytes = report.bw_gbps * 1e9 * seconds / 8.0;
+        assert!(
+            (bytes / (8.0 * (4 << 20) as f64) - 1.0).abs() < 1e-5,
+            "{operation:?}: {bytes} bytes counted"
+        );
+    }
+}
+
+#[test]
+fn wall_mode_reports_the_same_runs_memcpy_beside_its_goodput() {
+    use rnic_testbench::bench::Mode;
+    let wall = ok(&BenchConfig {
+        mode: Mode::Wall,
+        verify: false,
+        ..write(64 << 10, 20)
+    });
+    let memcpy = wall.memcpy_gbps.expect("wall mode measures memcpy");
+    assert!(memcpy > 0.0);
+    assert_eq!(wall.memcpy_ratio(), Some(wall.bw_gbps / memcpy));
+    let json = wall.to_json();
+    assert!(json.contains(&format!(",\"memcpy_gbps\":{memcpy:.6},")), "{json}");
+    assert!(
+        json.ends_with(&format!(",\"memcpy_ratio\":{:.6}}}", wall.bw_gbps / memcpy)),
+        "{json}"
+    );
+    let header = wall.table_header();
+    let row = wall.table_row();
+    assert!(
+        header.lines().last().unwrap().ends_with("memcpy[Gb/sec]  BW/memcpy"),
+        "{header}"
+    );
+    assert!(
+        row.trim_end().ends_with(&format!("{:.4}", wall.bw_gbps / memcpy)),
+        "{row}"
+    );
+
+    // Virtual mode has no wall-clock yardstick: its JSON and table are as before.
+    let virtual_run = ok(&write(64 << 10, 20));
+    assert_eq!(virtual_run.memcpy_gbps, None);
+    assert!(virtual_run.to_json().ends_with(",\"messages_expected\":20}"));
+    assert!(!virtual_run.table_header().contains("memcpy"));
+}
