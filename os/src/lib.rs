@@ -49,7 +49,7 @@ mod thread;
 
 use std::io;
 
-pub use application::{lock_pages, unlock_pages, ApplicationRange};
+pub use application::{advise_huge_pages, lock_pages, unlock_pages, ApplicationRange};
 pub use event::{eventfd, take_eventfd, wait_readable};
 pub use memory::{file_seals, host_page_size, memfd_create, MappedRegion, PageSize, Protection};
 pub use pagemap::{PageMap, PagemapEntry, PAGEMAP_PFN_MASK, PAGEMAP_PRESENT, PAGEMAP_SWAPPED};

@@ -36,6 +36,10 @@ use rnic_hw_model::time::Picoseconds;
 
 use crate::device_access::{AccessError, DeviceAccess, DmaBuffer, UserMemory};
 
+/// Size of a transparent huge page: application buffers at least this large are advised
+/// to be backed by them.
+const HUGE_PAGE_BYTES: usize = 2 << 20;
+
 /// First bus address handed out for driver DMA buffers.
 pub const DMA_BASE: u64 = 0x1_0000_0000;
 /// First bus address used for application buffers.
@@ -488,6 +492,15 @@ impl DeviceAccess for EmbeddedDevice {
         }
         let length = bytes.len();
         let page_count = (length as u64).div_ceil(FRAME_SIZE);
+        let mut bytes = bytes;
+        // Whole frames now, so the backing keeps this allocation and the advice below.
+        bytes.resize((page_count * FRAME_SIZE) as usize, 0);
+        if bytes.len() >= HUGE_PAGE_BYTES {
+            // The model's DMA streams through large buffers page after page: backed by
+            // huge pages, they cost the TLB one entry per 2 MiB (docs/benchmarks.md,
+            // issue 19). Advice only: without transparent huge pages nothing changes.
+            let _ = rnic_os::advise_huge_pages(bytes.as_ptr() as usize, bytes.len());
+        }
         let backing = Backing::from_vec(bytes);
         let mut space = lock(&self.shared.space);
         let frames: Vec<u64> = match self.shared.config.user_memory_layout {
