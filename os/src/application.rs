@@ -114,11 +114,10 @@ pub fn lock_pages(address: usize, length: usize) -> std::io::Result<()> {
 /// What `madvise` reports (`EINVAL` where transparent huge pages are not configured).
 pub fn advise_huge_pages(address: usize, length: usize) -> std::io::Result<()> {
     let page = crate::host_page_size() as usize;
-    let start = address.next_multiple_of(page);
     let end = address.saturating_add(length) / page * page;
-    if end <= start {
+    let Some(start) = address.checked_next_multiple_of(page).filter(|start| *start < end) else {
         return Ok(());
-    }
+    };
     // SAFETY: MADV_HUGEPAGE is advice about how the kernel backs the range: it reads and
     // writes no memory, and fails (ENOMEM) for addresses that are not mapped.
     crate::check(unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) }).map(|_| ())
@@ -148,6 +147,25 @@ mod tests {
         assert!(!range.read_at(30, &mut out));
         let _ = range;
         assert_eq!(&buffer[30..33], &[7, 8, 0], "the byte after the range is untouched");
+    }
+
+    #[test]
+    fn huge_page_advice_keeps_the_bytes_and_skips_partial_pages() {
+        let mut buffer: Vec<u8> = (0..(8usize << 20)).map(|i| i as u8).collect();
+        let address = buffer.as_ptr() as usize;
+        match advise_huge_pages(address + 1, buffer.len() - 1) {
+            Ok(()) => {}
+            // Kernels without transparent huge pages refuse the advice; nothing changed.
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}"),
+        }
+        buffer[4 << 20] ^= 0xff;
+        assert!(buffer
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == if i == 4 << 20 { !(i as u8) } else { i as u8 }));
+        // Less than one whole page: nothing to advise, not an error.
+        advise_huge_pages(address + 1, 100).unwrap();
+        advise_huge_pages(usize::MAX - 10, 20).unwrap();
     }
 
     #[test]
