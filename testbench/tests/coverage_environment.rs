@@ -46,7 +46,7 @@ fn with_rnic_coverage_set_a_test_writes_one_file_of_what_its_devices_did_and_run
         path.display()
     );
     let files: Vec<_> = std::fs::read_dir(&folder).unwrap().map(|e| e.unwrap().path()).collect();
-    assert_eq!(files, [path.clone()], "one file for the test");
+    assert_eq!(files, std::slice::from_ref(&path), "one file for the test");
     let coverage = Coverage::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
     std::fs::remove_dir_all(&folder).unwrap();
     assert_eq!(coverage.runs, 1);
