@@ -184,7 +184,9 @@ impl Session {
         &self.device
     }
 
-    /// The device, mutably.
+    /// The device, mutably. The session's coverage collector is the observer on the
+    /// device's network, QP-state, completion and event ports: replacing one of those
+    /// observers stops that part of the session's coverage.
     pub fn device_mut(&mut self) -> &mut Device {
         &mut self.device
     }
