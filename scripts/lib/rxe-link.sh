@@ -104,14 +104,21 @@ rxe_link_cleanup() {
 
 # rxe_guest_boot KERNEL INITRD QEMU: starts the guest in the background, its console
 # (ttyS0) logged to $RXE_RUN_DIR/console.log. Extra kernel arguments: RXE_APPEND.
+# RXE_PCI_SOCKET: an rnic-emu serve socket to attach as the guest's vfio-user PCI function
+# (the guest's memory then lives in a shared memfd, which vfio-user needs).
 rxe_guest_boot() {
-    local kernel=$1 initrd=$2 qemu=$3
+    local kernel=$1 initrd=$2 qemu=$3 machine=q35,accel=tcg pci=()
+    if [ -n "${RXE_PCI_SOCKET:-}" ]; then
+        machine+=,memory-backend=mem
+        pci=(-object memory-backend-memfd,id=mem,size=2048M,share=on
+            -device "{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$RXE_PCI_SOCKET\"}}")
+    fi
     local append="console=ttyS0 panic=1 loglevel=4 rnic.ip=$RXE_GUEST_IP/$RXE_PREFIX"
     append+=" rnic.host=$RXE_HOST_IP rnic.port=$RXE_PORT rnic.mtu=$RXE_MTU rnic.timeout=$RXE_TIMEOUT"
     append+=" ${RXE_APPEND:-}"
     : >"$RXE_RUN_DIR/console.log"
     # -no-reboot: a guest that panics or reboots ends QEMU instead of booting again.
-    ip netns exec "$RXE_NS" "$qemu" -machine q35,accel=tcg -cpu max -m 2048 -smp 1 \
+    ip netns exec "$RXE_NS" "$qemu" -machine "$machine" -cpu max -m 2048 -smp 1 "${pci[@]}" \
         -L /usr/share/seabios -L /usr/share/qemu \
         -nodefaults -display none -no-reboot \
         -serial "file:$RXE_RUN_DIR/console.log" \

@@ -7,102 +7,26 @@
 //! asked for by name) calling the emulator library's server, because Cargo builds another
 //! package's binary only for that package's tests. Loopback addresses 127.0.0.61/62.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod processes_common;
 
-const CHILD_ENV: &str = "RNIC_NVMF_EMULATOR";
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use processes_common::{free_port, scratch, serve_if_asked, Emulator, Killed, Names};
+
+const NAMES: Names = Names {
+    child_env: "RNIC_NVMF_EMULATOR",
+    scratch_prefix: "rnic-nvmf",
+    mac_prefix: "02:52:4e:56:4d",
+};
 const SUBNQN: &str = "nqn.2024-01.io.rnic-emu:processes";
 
 /// Runs `rnic-emu serve` when asked for by name with `RNIC_NVMF_EMULATOR=SOCKET,NET,MAC`.
 #[test]
 #[ignore]
 fn emulator_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let parts: Vec<&str> = spec.split(',').collect();
-    let overrides = rnic_emu::config::Overrides {
-        socket: Some(parts[0].into()),
-        net: Some(parts[1].into()),
-        mac: Some(parts[2].into()),
-        timing: None,
-        pcap: None,
-    };
-    let options = rnic_emu::config::resolve(&rnic_emu::config::ConfigFile::default(), &overrides).unwrap();
-    rnic_emu::os::install_termination_handlers().unwrap();
-    rnic_emu::vfio_user::Server::bind(options).unwrap().run().unwrap();
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("rnic-nvmf-{}-{name}", std::process::id()))
-}
-
-fn mac(n: u8) -> String {
-    format!("02:52:4e:56:4d:{n:02x}")
-}
-
-struct Emulator {
-    _child: Killed,
-    socket: PathBuf,
-    n: u8,
-}
-
-impl Emulator {
-    fn start(n: u8) -> Self {
-        let socket = scratch(&format!("emu{n}.sock"));
-        let _ = std::fs::remove_file(&socket);
-        let child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "emulator_child", "--ignored", "--nocapture"])
-            .env(CHILD_ENV, format!("{},udp:127.0.0.{n},{}", socket.display(), mac(n)))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let child = Killed(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !socket.exists() {
-            assert!(Instant::now() < deadline, "emulator {n} did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            _child: child,
-            socket,
-            n,
-        }
-    }
-
-    fn device(&self) -> String {
-        format!("vfio-user:{},mac={}", self.socket.display(), mac(self.n))
-    }
-
-    fn ip(&self) -> String {
-        format!("127.0.0.{}", self.n)
-    }
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.socket);
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    serve_if_asked(&NAMES);
 }
 
 fn run(program: &str, args: &[&str]) -> String {
@@ -144,10 +68,10 @@ fn start_target(emulator: &Emulator, port: u16, image: &Path) -> Killed {
 
 #[test]
 fn host_tools_and_target_in_separate_processes() {
-    let target_emulator = Emulator::start(61);
-    let host_emulator = Emulator::start(62);
+    let target_emulator = Emulator::start(&NAMES, 61);
+    let host_emulator = Emulator::start(&NAMES, 62);
     let port = free_port();
-    let image = scratch("namespace.img");
+    let image = scratch(&NAMES, "namespace.img");
     let _target = start_target(&target_emulator, port, &image);
     let device = host_emulator.device();
     let ip = host_emulator.ip();
@@ -179,7 +103,7 @@ fn host_tools_and_target_in_separate_processes() {
     let pattern: Vec<u8> = (0..8192u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
-    let input = scratch("pattern.bin");
+    let input = scratch(&NAMES, "pattern.bin");
     std::fs::write(&input, &pattern).unwrap();
     let mut args = vec!["write"];
     args.extend(common);
@@ -204,7 +128,7 @@ fn host_tools_and_target_in_separate_processes() {
         "the file backend holds the pattern"
     );
     // And reads back.
-    let output = scratch("readback.bin");
+    let output = scratch(&NAMES, "readback.bin");
     let output_text = output.display().to_string();
     let mut args = vec!["read"];
     args.extend(common);

@@ -24,6 +24,7 @@ use rnic_verbs::{
     QpCapabilities, QpInitAttributes, QpType, QueuePair, RcConnection, RdmaFields, RecvWorkRequest, SendFlags,
     SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
+use rnic_vip::trace::Trace;
 
 /// Messages a pair keeps outstanding.
 pub const WINDOW: usize = 16;
@@ -159,6 +160,12 @@ pub struct BenchConfig {
     /// addressing: REQ/REP/RTU, then DREQ/DREP at the end) instead of programming both
     /// ends directly.
     pub connection_manager: bool,
+    /// Keep a trace of every timing-model charge of both NICs over the measured span
+    /// ([`BenchReport::traces`]; `rnic-bench --trace FILE`).
+    pub trace: bool,
+    /// Record the frames and CQEs of both NICs ([`BenchReport::recording`];
+    /// crate::recording, `rnic-bench --record FILE`). Virtual mode only.
+    pub record: bool,
 }
 
 impl Default for BenchConfig {
@@ -181,6 +188,8 @@ impl Default for BenchConfig {
             cq_moderation: 1,
             single_buffer: false,
             connection_manager: false,
+            trace: false,
+            record: false,
         }
     }
 }
@@ -279,6 +288,13 @@ pub struct BenchReport {
     /// traffic, moving messages of the run's size between buffers laid out as one pair's
     /// slots ([`memcpy_yardstick`]); `None` in virtual mode.
     pub memcpy_gbps: Option<f64>,
+    /// With [`BenchConfig::trace`]: the requester's and the responder's trace over the span
+    /// the stage totals cover (so per stage its slices add up to `requester_stages` and
+    /// `responder_stages`, the `--breakdown` figures); empty otherwise.
+    pub traces: Vec<Trace>,
+    /// With [`BenchConfig::record`]: every frame each NIC sent and received and every CQE,
+    /// with virtual times, as JSON lines (crate::recording); empty otherwise.
+    pub recording: Vec<String>,
 }
 
 impl BenchReport {
@@ -452,6 +468,18 @@ impl BenchReport {
         out
     }
 
+    /// The traces in the Chrome/Perfetto JSON format (`ui.perfetto.dev`): the requester
+    /// as process 1, the responder as process 2 (rnic_vip::trace). None without a trace.
+    pub fn trace_json(&self) -> Option<String> {
+        let [requester, responder] = self.traces.as_slice() else {
+            return None;
+        };
+        Some(rnic_vip::trace::perfetto_json(&[
+            (1, "requester NIC", requester),
+            (2, "responder NIC", responder),
+        ]))
+    }
+
     /// A short human-readable summary.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
@@ -542,6 +570,7 @@ impl Side {
             mmio_cost: Picoseconds::ZERO,
             ..EmbeddedConfig::default()
         });
+        device.with_device(crate::coverage::attach_from_environment);
         let context = Context::open(Box::new(device.clone()))?;
         let pd = context.alloc_pd()?;
         Ok(Self { device, context, pd })
@@ -651,6 +680,11 @@ pub fn run_with_progress(
             config.tx_depth
         )));
     }
+    if config.record && config.mode != Mode::Virtual {
+        return Err(BenchError::Config(
+            "a recording is of a virtual-time run (--mode virtual)".into(),
+        ));
+    }
     if config.cq_moderation == 0 {
         return Err(BenchError::Config("cq-mod 0: at least 1".into()));
     }
@@ -682,6 +716,11 @@ pub fn run_with_progress(
     fabric.set_capture(config.capture);
     let requester = Side::new(&fabric, MAC_REQUESTER, config.timing)?;
     let responder = Side::new(&fabric, MAC_RESPONDER, config.timing)?;
+    let recorder = crate::recording::Recorder::default();
+    if config.record {
+        requester.device.with_device(|d| recorder.attach(d, "requester"));
+        responder.device.with_device(|d| recorder.attach(d, "responder"));
+    }
     let slot_size = size.max(8).next_multiple_of(64);
     let depth = if config.latency_test { 1 } else { config.tx_depth };
     let (slots, window) = if config.single_buffer {
@@ -791,6 +830,31 @@ pub fn run_with_progress(
         Mode::Wall => Some(memcpy_yardstick(size, slots, slot_size)),
         Mode::Virtual => None,
     };
+    // The traces start where the totals do, so per stage they add up to the same figures.
+    let mut traces: Vec<Trace> = if config.trace {
+        [&requester, &responder]
+            .iter()
+            .map(|side| {
+                side.device.with_device(|d| {
+                    d.timing_mut().set_stage_log(true);
+                    Trace::new(d.timing().totals())
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // Charges are laid from the instant they are collected at: after every pass of the
+    // driver loop (its posts and the events of its time step).
+    let collect_charges = |traces: &mut Vec<Trace>| {
+        let now = fabric.now();
+        for (trace, side) in traces.iter_mut().zip([&requester, &responder]) {
+            side.device.with_device(|d| {
+                let charges = d.timing_mut().take_stage_log();
+                trace.add_charges(now, &charges, d.timing().totals());
+            });
+        }
+    };
     let start = fabric.now();
     let measure_start = Instant::now();
     let mut report = BenchReport {
@@ -889,10 +953,12 @@ pub fn run_with_progress(
         }
         std::mem::swap(&mut dirty, &mut next_dirty);
         next_dirty.clear();
+        collect_charges(&mut traces);
         if progress {
             last_progress = fabric.now();
         } else {
             step_time(config, &fabric);
+            collect_charges(&mut traces);
             if fabric.now() > last_progress + STALL_LIMIT {
                 return Err(BenchError::Stalled {
                     limit: STALL_LIMIT,
@@ -926,6 +992,11 @@ pub fn run_with_progress(
         Mode::Wall => measure_start.elapsed().as_secs_f64(),
     };
     summarise(&mut report, &timings, config, size, elapsed, window);
+    collect_charges(&mut traces);
+    for side in [&requester, &responder] {
+        side.device.with_device(|d| d.timing_mut().set_stage_log(false));
+    }
+    report.traces = traces;
     let (a, b) = (
         requester.device.with_device(|d| stage_state(d)),
         responder.device.with_device(|d| stage_state(d)),
@@ -941,6 +1012,7 @@ pub fn run_with_progress(
         report.connection_manager = true;
         report.cm_mads = session.disconnect()?;
     }
+    report.recording = recorder.take();
     report.fabric = fabric.statistics();
     report.frames = report.fabric.sent;
     report.wall_time_s = wall_start.elapsed().as_secs_f64();

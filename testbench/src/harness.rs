@@ -186,7 +186,8 @@ impl RegisterHarness {
         size: usize,
     ) -> Self {
         let interrupts = RecordingSink::new();
-        let device = Device::new(config, device, Box::new(interrupts.clone()));
+        let mut device = Device::new(config, device, Box::new(interrupts.clone()));
+        crate::coverage::attach_from_environment(&mut device);
         let mut harness = Self {
             device,
             memory: driver,
@@ -286,6 +287,8 @@ impl RegisterHarness {
     /// Returns the device and the driver's bookkeeping to `checkpoint` (taken from this
     /// harness) and forgets the interrupts recorded since.
     pub fn restore(&mut self, checkpoint: &HarnessCheckpoint) {
+        // A fork carries no observers: a restored harness (the fuzzers restore one per
+        // input) is not covered.
         self.device = checkpoint.device.fork(Box::new(self.interrupts.clone()));
         self.interrupts.take();
         self.next_free = checkpoint.next_free;

@@ -54,6 +54,7 @@ pub mod backend;
 pub mod cm;
 pub mod demo;
 pub mod device_access;
+pub mod diag;
 pub mod driver;
 pub mod mtr;
 pub mod verbs;

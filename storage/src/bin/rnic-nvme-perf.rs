@@ -339,6 +339,7 @@ fn compare_with_nic(
             single_buffer: false,
             // QPs programmed directly, as the NIC-only figure always was.
             connection_manager: false,
+            ..BenchConfig::default()
         };
         let (nic, _) = bench::run(&config).map_err(|e| e.to_string())?;
         let rate = nic.msg_rate_mpps * 1e6;

@@ -44,6 +44,19 @@ struct Arguments {
     /// Write every frame that crossed the wire to this pcap file (Ethernet link type).
     #[arg(long)]
     pcap: Option<PathBuf>,
+    /// Write a trace of both NICs' pipeline stages over the measured span to this file, in
+    /// the Chrome/Perfetto JSON format (ui.perfetto.dev; requester = process 1, responder =
+    /// process 2). Per stage its slices add up to the --breakdown figures.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Record the run (its configuration, every frame and CQE of both NICs with virtual
+    /// times, the report's JSON) to this file, as JSON lines; virtual mode.
+    #[arg(long, conflicts_with = "replay")]
+    record: Option<PathBuf>,
+    /// Replay a recording made with --record and the same other options: run again and
+    /// fail at the first line that differs.
+    #[arg(long)]
+    replay: Option<PathBuf>,
     /// Print one JSON object as the last line.
     #[arg(long)]
     json: bool,
@@ -209,13 +222,42 @@ fn main() -> ExitCode {
         cq_moderation: arguments.cq_mod,
         single_buffer: arguments.single_buffer,
         connection_manager: arguments.cm,
+        trace: arguments.trace.is_some(),
+        record: arguments.record.is_some() || arguments.replay.is_some(),
     };
     if arguments.operation.is_none() {
         if arguments.device.is_some() {
             eprintln!("rnic-bench: --device needs an operation (write, read, send or atomic)");
             return ExitCode::FAILURE;
         }
+        if arguments.trace.is_some() || config.record {
+            eprintln!("rnic-bench: --trace, --record and --replay need an operation (the sweep makes many runs)");
+            return ExitCode::FAILURE;
+        }
         return sweep_main(&arguments, config);
+    }
+    if arguments.device.is_some() && (arguments.trace.is_some() || config.record) {
+        eprintln!("rnic-bench: --trace, --record and --replay are of the in-process NICs: not with --device");
+        return ExitCode::FAILURE;
+    }
+    if let Some(path) = &arguments.replay {
+        let recorded = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) => {
+                eprintln!("rnic-bench: {}: {error}", path.display());
+                return ExitCode::FAILURE;
+            }
+        };
+        return match rnic_testbench::recording::replay(&config, &recorded) {
+            Ok(lines) => {
+                println!("{}: {lines} lines replayed identically", path.display());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("rnic-bench: {}: {error}", path.display());
+                ExitCode::FAILURE
+            }
+        };
     }
     if let Some(device) = arguments.device.clone() {
         match arguments.peer {
@@ -231,6 +273,19 @@ fn main() -> ExitCode {
     }
     if let (Ok((_, capture)), Some(path)) = (&outcome, &arguments.pcap) {
         if let Err(error) = rnic_testbench::pcap::write_pcap(path, capture) {
+            eprintln!("rnic-bench: writing {}: {error}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let (Ok((report, _)), Some(path)) = (&outcome, &arguments.record) {
+        if let Err(error) = std::fs::write(path, rnic_testbench::recording::recording_text(&config, report)) {
+            eprintln!("rnic-bench: writing {}: {error}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let (Ok((report, _)), Some(path)) = (&outcome, &arguments.trace) {
+        let text = report.trace_json().unwrap_or_default();
+        if let Err(error) = std::fs::write(path, text) {
             eprintln!("rnic-bench: writing {}: {error}", path.display());
             return ExitCode::FAILURE;
         }

@@ -603,7 +603,12 @@ impl PciDevice {
             }
         }
         if !map.write_volatile_u64(offset, value) {
-            tracing::warn!(target: "rnic_verbs::pci", offset, "doorbell outside BAR 2 or unaligned: dropped");
+            rnic_diag::warn!(
+                rnic_diag::global(),
+                crate::diag::ACCESS_OUTSIDE_BAR,
+                offset,
+                "doorbell outside BAR 2 or unaligned: dropped"
+            );
         }
     }
 
@@ -780,13 +785,25 @@ impl DeviceAccess for PciDevice {
             .zip(usize::try_from(offset).ok())
             .is_some_and(|(map, at)| map.write_volatile_u32(at, value));
         if !written {
-            tracing::warn!(target: "rnic_verbs::pci", bar, offset, "32-bit write outside a mapped BAR: dropped");
+            rnic_diag::warn!(
+                rnic_diag::global(),
+                crate::diag::ACCESS_OUTSIDE_BAR,
+                bar,
+                offset,
+                "32-bit write outside a mapped BAR: dropped"
+            );
         }
     }
 
     fn mmio_write64(&self, bar: u8, offset: u64, value: u64) {
         let Some((map, at)) = self.bar(bar).zip(usize::try_from(offset).ok()) else {
-            tracing::warn!(target: "rnic_verbs::pci", bar, offset, "64-bit write outside a mapped BAR: dropped");
+            rnic_diag::warn!(
+                rnic_diag::global(),
+                crate::diag::ACCESS_OUTSIDE_BAR,
+                bar,
+                offset,
+                "64-bit write outside a mapped BAR: dropped"
+            );
             return;
         };
         if bar == regs::DOORBELL_BAR && map.read_volatile_u64(at).is_some() {
@@ -795,7 +812,13 @@ impl DeviceAccess for PciDevice {
                 self.ring(map, at, value);
             }
         } else if !map.write_volatile_u64(at, value) {
-            tracing::warn!(target: "rnic_verbs::pci", bar, offset, "64-bit write outside a mapped BAR: dropped");
+            rnic_diag::warn!(
+                rnic_diag::global(),
+                crate::diag::ACCESS_OUTSIDE_BAR,
+                bar,
+                offset,
+                "64-bit write outside a mapped BAR: dropped"
+            );
         }
     }
 

@@ -616,7 +616,7 @@ impl VfioUserDevice {
                 }
                 Err(error) => {
                     if let RequestError::Errno(_) = error {
-                        tracing::warn!(target: "rnic_verbs::vfio_user", region, offset = at, count, %error, "region read refused");
+                        rnic_diag::warn!(rnic_diag::global(), crate::diag::REGION_ACCESS_REFUSED, region, offset = at, count, %error, "region read refused");
                     }
                     return false;
                 }
@@ -635,7 +635,7 @@ impl VfioUserDevice {
                 Ok(_) => {}
                 Err(RequestError::Errno(errno)) => {
                     let error = RequestError::Errno(errno);
-                    tracing::warn!(target: "rnic_verbs::vfio_user", region, offset = at, %error, "region write refused");
+                    rnic_diag::warn!(rnic_diag::global(), crate::diag::REGION_ACCESS_REFUSED, region, offset = at, %error, "region write refused");
                 }
                 // Already logged when the connection broke.
                 Err(RequestError::Broken(_)) => return,

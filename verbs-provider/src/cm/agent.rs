@@ -241,7 +241,7 @@ impl GsiAgent {
             let count = match self.cq.poll(&mut completions) {
                 Ok(count) => count,
                 Err(error) => {
-                    tracing::warn!(target: "rnic::diag", %error, "QP1 CQ poll failed");
+                    rnic_diag::warn!(rnic_diag::global(), crate::diag::QP1_POLL_FAILED, %error, "QP1 CQ poll failed");
                     0
                 }
             };
@@ -253,7 +253,7 @@ impl GsiAgent {
                 if wc.wr_id & SEND_WR != 0 {
                     if wc.status != WcStatus::Success {
                         self.counters.send_errors += 1;
-                        tracing::warn!(target: "rnic::diag", status = ?wc.status, "QP1 send failed");
+                        rnic_diag::warn!(rnic_diag::global(), crate::diag::QP1_SEND_FAILED, status = ?wc.status, "QP1 send failed");
                     }
                     self.free_send_slots.push((wc.wr_id & 0xFFFF_FFFF) as u32);
                     continue;
@@ -266,7 +266,7 @@ impl GsiAgent {
                 // receive posted again (posting to a QP in ERR would only flush again).
                 if wc.status == WcStatus::Success {
                     if let Err(error) = self.post_receive(slot) {
-                        tracing::warn!(target: "rnic::diag", %error, slot, "QP1 receive could not be posted again");
+                        rnic_diag::warn!(rnic_diag::global(), crate::diag::QP1_RECEIVE_NOT_POSTED, %error, slot, "QP1 receive could not be posted again");
                     }
                 }
             }
@@ -284,7 +284,12 @@ impl GsiAgent {
     /// leaves a QP1 in error dead; a CM that hostile input could silence is worse.
     fn recover(&mut self) {
         self.counters.recoveries += 1;
-        tracing::warn!(target: "rnic::diag", recoveries = self.counters.recoveries, "QP1 was in ERR: brought back up");
+        rnic_diag::warn!(
+            rnic_diag::global(),
+            crate::diag::QP1_RECOVERY,
+            recoveries = self.counters.recoveries,
+            "QP1 was in ERR: brought back up"
+        );
         let steps = [
             (
                 QpAttributes {
@@ -321,14 +326,14 @@ impl GsiAgent {
         ];
         for (attributes, mask) in steps {
             if let Err(error) = self.qp.modify(&attributes, mask) {
-                tracing::warn!(target: "rnic::diag", %error, "QP1 could not be brought back up");
+                rnic_diag::warn!(rnic_diag::global(), crate::diag::QP1_RECOVERY, %error, "QP1 could not be brought back up");
                 return;
             }
         }
         self.free_send_slots = (0..self.send_slots).rev().collect();
         for slot in 0..self.receive_slots {
             if let Err(error) = self.post_receive(slot) {
-                tracing::warn!(target: "rnic::diag", %error, slot, "QP1 receive could not be posted");
+                rnic_diag::warn!(rnic_diag::global(), crate::diag::QP1_RECEIVE_NOT_POSTED, %error, slot, "QP1 receive could not be posted");
             }
         }
     }
@@ -351,7 +356,12 @@ impl GsiAgent {
         }
         let Some((source, destination, traffic_class, flow_label)) = parse_grh(&bytes) else {
             self.counters.receive_errors += 1;
-            tracing::warn!(target: "rnic::diag", slot, "QP1 receive without a usable GRH slot: dropped");
+            rnic_diag::warn!(
+                rnic_diag::global(),
+                crate::diag::QP1_RECEIVE_WITHOUT_GRH,
+                slot,
+                "QP1 receive without a usable GRH slot: dropped"
+            );
             return None;
         };
         let Some(sgid_index) = self.gid_index(destination) else {
@@ -383,7 +393,11 @@ impl GsiAgent {
     pub fn send(&mut self, mad: &[u8; MAD_LEN], peer: MadPeer) {
         if self.backlog.len() >= SEND_BACKLOG {
             self.counters.backlog_drops += 1;
-            tracing::warn!(target: "rnic::diag", "QP1 send backlog full: MAD dropped");
+            rnic_diag::warn!(
+                rnic_diag::global(),
+                crate::diag::QP1_BACKLOG_FULL,
+                "QP1 send backlog full: MAD dropped"
+            );
             return;
         }
         self.backlog.push_back((Box::new(*mad), peer));
@@ -402,7 +416,7 @@ impl GsiAgent {
             if let Err(error) = self.post_send(slot, &mad, &peer) {
                 self.counters.send_errors += 1;
                 self.free_send_slots.push(slot);
-                tracing::warn!(target: "rnic::diag", %error, dgid = %peer.dgid, "QP1 send refused");
+                rnic_diag::warn!(rnic_diag::global(), crate::diag::QP1_SEND_REFUSED, %error, dgid = %peer.dgid, "QP1 send refused");
             }
         }
     }

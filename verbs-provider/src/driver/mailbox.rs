@@ -177,7 +177,13 @@ impl Mailbox {
         for entry in events.aeq.poll(access)? {
             match entry {
                 EqEntry::MailboxCompletion { token, status, .. } => {
-                    tracing::warn!(token, status, "mailbox completion nobody waits for");
+                    rnic_diag::warn!(
+                        rnic_diag::global(),
+                        crate::diag::STRAY_MAILBOX_COMPLETION,
+                        token,
+                        status,
+                        "mailbox completion nobody waits for"
+                    );
                 }
                 other => entries.push(other),
             }
@@ -372,7 +378,13 @@ impl Mailbox {
                         token: t, status: s, ..
                     } if t == token => status = Some(s),
                     EqEntry::MailboxCompletion { token: t, .. } => {
-                        tracing::warn!(token = t, expected = token, "stale mailbox completion ignored");
+                        rnic_diag::warn!(
+                            rnic_diag::global(),
+                            crate::diag::STALE_MAILBOX_COMPLETION,
+                            token = t,
+                            expected = token,
+                            "stale mailbox completion ignored"
+                        );
                     }
                     other => events.others.push(other),
                 }

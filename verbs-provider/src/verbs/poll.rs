@@ -137,7 +137,13 @@ impl CqInner {
                 let Some(qp) = current.as_ref() else {
                     // hns cleans a QP's CQEs when it is reset or destroyed, so this is a
                     // device bug or a race with destroy: drop the CQE, keep polling.
-                    tracing::warn!(cqn = self.cqn, qpn, "CQE of an unknown QP skipped");
+                    rnic_diag::warn!(
+                        rnic_diag::global(),
+                        crate::diag::CQE_OF_UNKNOWN_QP,
+                        cqn = self.cqn,
+                        qpn,
+                        "CQE of an unknown QP skipped"
+                    );
                     continue;
                 };
                 let status = CqeStatus::try_from(cqe.status()).unwrap_or(CqeStatus::GeneralErr);
@@ -310,7 +316,14 @@ fn complete(qp: &QpInner, cqe: &Cqe, wc: &mut WorkCompletion) {
             if slot != wqe_index & (depth - 1) {
                 // Receive WQEs complete in order; a device that says otherwise is wrong,
                 // and the in-order answer is what rdma-core reports.
-                tracing::warn!(qpn = qp.qpn, slot, wqe_index, "receive CQE out of order");
+                rnic_diag::warn!(
+                    rnic_diag::global(),
+                    crate::diag::RECEIVE_CQE_OUT_OF_ORDER,
+                    qpn = qp.qpn,
+                    slot,
+                    wqe_index,
+                    "receive CQE out of order"
+                );
             }
             wr_id = rq.wrid[slot as usize];
             rq.tail = rq.tail.wrapping_add(1);

@@ -17,7 +17,7 @@ use rnic_hw_model::{Device, HostMemory, PagedMemory, Picoseconds};
 
 use crate::checker::{Checker, Mismatch};
 use crate::config::SessionConfig;
-use crate::coverage::Coverage;
+use crate::coverage::{Collector, Coverage};
 use crate::replay::{self, Event};
 use crate::trace::{Trace, Track};
 use crate::VipError;
@@ -105,7 +105,8 @@ pub struct Session {
     sink: MsixQueue,
     msix: VecDeque<MsixEvent>,
     transmitted: VecDeque<FrameEvent>,
-    coverage: Coverage,
+    /// The coverage collector on the device's ports.
+    coverage: Collector,
     /// The trace, once [`Session::start_trace`] was called.
     trace: Option<Trace>,
     /// Inputs and outputs, once [`Session::start_recording`] was called.
@@ -147,7 +148,9 @@ impl Session {
             }
         };
         let sink = MsixQueue::default();
-        let device = Device::new(device_config, memory.clone(), Box::new(sink.clone()));
+        let mut device = Device::new(device_config, memory.clone(), Box::new(sink.clone()));
+        let coverage = Collector::new();
+        coverage.attach(&mut device);
         let mut session = Self {
             config,
             device,
@@ -156,7 +159,7 @@ impl Session {
             sink,
             msix: VecDeque::new(),
             transmitted: VecDeque::new(),
-            coverage: Coverage::new(),
+            coverage,
             trace: None,
             recording: None,
             touched: false,
@@ -181,7 +184,9 @@ impl Session {
         &self.device
     }
 
-    /// The device, mutably.
+    /// The device, mutably. The session's coverage collector is the observer on the
+    /// device's network, QP-state, completion and event ports: replacing one of those
+    /// observers stops that part of the session's coverage.
     pub fn device_mut(&mut self) -> &mut Device {
         &mut self.device
     }
@@ -254,7 +259,6 @@ impl Session {
         self.msix
             .extend(messages.into_iter().map(|message| MsixEvent { time: now, message }));
         while let Some(frame) = self.device.poll_transmit() {
-            self.coverage.sample_frame("transmitted", &frame);
             if let Some(trace) = self.trace.as_mut() {
                 trace.add_frame(now, "frame out", &frame);
             }
@@ -375,7 +379,6 @@ impl Session {
         self.record(|| Event::ReceiveFrame {
             frame: replay::hex(frame),
         });
-        self.coverage.sample_frame("received", frame);
         if let Some(trace) = self.trace.as_mut() {
             trace.add_frame(self.device.now(), "frame in", frame);
         }
@@ -464,9 +467,9 @@ impl Session {
         self.trace.as_ref()
     }
 
-    /// The functional coverage collected so far (crate::coverage).
-    pub fn coverage(&self) -> &Coverage {
-        &self.coverage
+    /// The functional coverage collected so far at the device's ports (crate::coverage).
+    pub fn coverage(&self) -> Coverage {
+        self.coverage.coverage()
     }
 
     /// The oldest transmitted frame nobody took yet.

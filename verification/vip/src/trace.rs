@@ -170,6 +170,11 @@ impl Trace {
     /// as `thread_name` metadata), `pid` = `device`, and `rnicStageTotals`: per stage, the
     /// timing model's count and ps over the trace's span.
     pub fn to_perfetto_json(&self, device: u32, device_name: &str) -> String {
+        perfetto_json(&[(device, device_name, self)])
+    }
+
+    /// This trace's events in the Chrome/Perfetto format, as process `device`.
+    fn perfetto_events(&self, device: u32, device_name: &str) -> Vec<Value> {
         let us = |t: Picoseconds| t.0 as f64 / 1_000_000.0;
         let mut events = vec![json!({
             "ph": "M", "name": "process_name", "pid": device, "tid": 0,
@@ -214,21 +219,55 @@ impl Trace {
             }
             events.push(value);
         }
-        let totals: serde_json::Map<String, Value> = Stage::ALL
+        events
+    }
+
+    /// Per stage: (times charged, ps) by the timing model over the trace's span.
+    pub fn model_totals(&self) -> BTreeMap<&'static str, (u64, u64)> {
+        Stage::ALL
             .iter()
             .map(|stage| {
                 let count = self.totals_now.count(*stage) - self.totals_at_start.count(*stage);
                 let ps = self.totals_now.total(*stage).0 - self.totals_at_start.total(*stage).0;
-                (stage.name().to_string(), json!({ "count": count, "ps": ps }))
+                (stage.name(), (count, ps))
             })
-            .collect();
-        let trace = json!({
-            "displayTimeUnit": "ns",
-            "traceEvents": events,
-            "rnicStageTotals": totals,
-        });
-        serde_json::to_string(&trace).unwrap_or_default()
+            .collect()
     }
+}
+
+/// Several devices' traces in one Chrome/Perfetto JSON file, one process each (`pid`,
+/// name): the format of [`Trace::to_perfetto_json`], with `rnicStageTotals` summed over
+/// the devices and, per device, `rnicDeviceStageTotals` (keyed by pid).
+pub fn perfetto_json(devices: &[(u32, &str, &Trace)]) -> String {
+    let mut events = Vec::new();
+    let mut sums: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+    let mut per_device = serde_json::Map::new();
+    for (pid, name, trace) in devices {
+        events.extend(trace.perfetto_events(*pid, name));
+        let totals = trace.model_totals();
+        for (stage, (count, ps)) in &totals {
+            let sum = sums.entry(stage).or_default();
+            sum.0 += count;
+            sum.1 += ps;
+        }
+        per_device.insert(pid.to_string(), totals_json(&totals));
+    }
+    let trace = json!({
+        "displayTimeUnit": "ns",
+        "traceEvents": events,
+        "rnicStageTotals": totals_json(&sums),
+        "rnicDeviceStageTotals": per_device,
+    });
+    serde_json::to_string(&trace).unwrap_or_default()
+}
+
+fn totals_json(totals: &BTreeMap<&'static str, (u64, u64)>) -> Value {
+    Value::Object(
+        totals
+            .iter()
+            .map(|(stage, (count, ps))| (stage.to_string(), json!({ "count": count, "ps": ps })))
+            .collect(),
+    )
 }
 
 /// Checks `text` is a Chrome/Perfetto JSON trace as [`Trace::to_perfetto_json`] promises
@@ -240,6 +279,7 @@ pub fn check_perfetto_json(text: &str) -> Result<usize, String> {
     let trace: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     let events = trace["traceEvents"].as_array().ok_or("no traceEvents array")?;
     let mut sums: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    let mut device_sums: BTreeMap<(String, String), (u64, f64)> = BTreeMap::new();
     for (index, event) in events.iter().enumerate() {
         let fail = |what: &str| format!("event {index}: {what}: {event}");
         let ph = event["ph"].as_str().ok_or_else(|| fail("no ph"))?;
@@ -257,11 +297,15 @@ pub fn check_perfetto_json(text: &str) -> Result<usize, String> {
                     return Err(fail("negative ts or dur"));
                 }
                 if (1..=16).contains(&tid) {
-                    let entry = sums
-                        .entry(event["name"].as_str().unwrap_or_default().into())
-                        .or_insert((0, 0.0));
-                    entry.0 += 1;
-                    entry.1 += dur;
+                    let stage = event["name"].as_str().unwrap_or_default().to_string();
+                    let pid = event["pid"].to_string();
+                    for entry in [
+                        sums.entry(stage.clone()).or_insert((0, 0.0)),
+                        device_sums.entry((pid, stage)).or_insert((0, 0.0)),
+                    ] {
+                        entry.0 += 1;
+                        entry.1 += dur;
+                    }
                 }
             }
             "i" => {
@@ -272,18 +316,41 @@ pub fn check_perfetto_json(text: &str) -> Result<usize, String> {
         }
     }
     let totals = trace["rnicStageTotals"].as_object().ok_or("no rnicStageTotals")?;
+    compare_totals("", totals, &sums)?;
+    if let Some(devices) = trace.get("rnicDeviceStageTotals") {
+        let devices = devices.as_object().ok_or("rnicDeviceStageTotals is not an object")?;
+        for (pid, totals) in devices {
+            let totals = totals.as_object().ok_or("a device's totals are not an object")?;
+            let sums: BTreeMap<String, (u64, f64)> = device_sums
+                .iter()
+                .filter(|((p, _), _)| p == pid)
+                .map(|((_, stage), sum)| (stage.clone(), *sum))
+                .collect();
+            compare_totals(&format!("pid {pid}, "), totals, &sums)?;
+        }
+    }
+    Ok(events.len())
+}
+
+/// Per stage, the slices' count and µs against the model's count and ps (rounding of the
+/// µs figures allowed: half a ps per slice).
+fn compare_totals(
+    what: &str,
+    totals: &serde_json::Map<String, Value>,
+    sums: &BTreeMap<String, (u64, f64)>,
+) -> Result<(), String> {
     for (stage, total) in totals {
         let count = total["count"].as_u64().ok_or("a total without count")?;
         let ps = total["ps"].as_u64().ok_or("a total without ps")?;
         let (n, us) = sums.get(stage).copied().unwrap_or((0, 0.0));
         if n != count || (us * 1_000_000.0 - ps as f64).abs() > 0.5 * (n as f64 + 1.0) {
             return Err(format!(
-                "stage {stage}: the trace has {n} slices, {:.0} ps; the model charged {count} times, {ps} ps",
+                "{what}stage {stage}: the trace has {n} slices, {:.0} ps; the model charged {count} times, {ps} ps",
                 us * 1_000_000.0
             ));
         }
     }
-    Ok(events.len())
+    Ok(())
 }
 
 #[cfg(test)]

@@ -43,7 +43,13 @@ pub enum Backend {
         ipv4: Option<[u8; 4]>,
     },
     /// Another backend of `rnic_verbs::backend::open_device` (`pci…`, `vfio-user:…`).
-    Other(String),
+    Other {
+        /// The backend's device string (with its `,mac=`).
+        device: String,
+        /// The IPv4 address of GID 1 (`,ip=`); without it the device has only its
+        /// link-local GID, which the connection manager cannot address.
+        ipv4: Option<[u8; 4]>,
+    },
 }
 
 /// The parsed variable.
@@ -97,7 +103,7 @@ fn mtu_for_link(link: u32) -> Mtu {
 /// A one-line explanation of what is wrong and what is accepted.
 pub fn parse_spec(text: &str) -> Result<DeviceSpec, String> {
     let accepted =
-        "expected udp:IP, eth:IFACE[,ip=A.B.C.D], pci[:DDDD:BB:DD.F] or vfio-user:PATH, each optionally ,mac=MAC";
+        "expected udp:IP, eth:IFACE[,ip=A.B.C.D], pci[:DDDD:BB:DD.F][,ip=A.B.C.D] or vfio-user:PATH[,ip=A.B.C.D], each optionally ,mac=MAC";
     let mut mac = None;
     let mut ip_option = None;
     let mut base = text.to_string();
@@ -162,7 +168,10 @@ pub fn parse_spec(text: &str) -> Result<DeviceSpec, String> {
         ));
         return Ok(DeviceSpec {
             text: text.to_string(),
-            backend: Backend::Other(spec),
+            backend: Backend::Other {
+                device: spec,
+                ipv4: ip_option.map(|ip| ip.octets()),
+            },
             mac,
             active_mtu: Mtu::Mtu1024,
         });
@@ -297,10 +306,16 @@ pub fn open(entry: &'static DeviceEntry) -> Result<Arc<OpenDevice>, (i32, String
             };
             (Box::new(nic.clone()), Some(nic), driver)
         }
-        Backend::Other(text) => {
-            let access = rnic_verbs::backend::open_device(text)
+        Backend::Other { device, ipv4 } => {
+            let access = rnic_verbs::backend::open_device(device)
                 .map_err(|e| (libc::ENODEV, format!("rnic: {DEVICE_VARIABLE}={}: {e}", spec.text)))?;
-            (access, None, DriverConfig::default())
+            // With an address, the host NIC's GID layout: link-local at 0, IPv4 at 1.
+            let driver = DriverConfig {
+                ipv4_address: *ipv4,
+                link_local_gid_first: ipv4.is_some(),
+                ..DriverConfig::default()
+            };
+            (access, None, driver)
         }
     };
     let context = Context::open_with_config(access, &driver).map_err(|e| {
@@ -350,10 +365,24 @@ mod tests {
         let spec = parse_spec("udp:127.0.0.3,mac=02:00:00:00:00:09").unwrap();
         assert_eq!(spec.mac, [2, 0, 0, 0, 0, 9]);
         let spec = parse_spec("pci").unwrap();
-        assert_eq!(spec.backend, Backend::Other("pci,mac=02:52:4e:49:43:01".into()));
+        assert_eq!(
+            spec.backend,
+            Backend::Other {
+                device: "pci,mac=02:52:4e:49:43:01".into(),
+                ipv4: None
+            }
+        );
+        let spec = parse_spec("pci,mac=02:52:4e:4d:00:05,ip=10.77.0.5").unwrap();
+        assert_eq!(
+            spec.backend,
+            Backend::Other {
+                device: "pci,mac=02:52:4e:4d:00:05".into(),
+                ipv4: Some([10, 77, 0, 5])
+            }
+        );
         assert!(matches!(
             parse_spec("vfio-user:/tmp/a.sock").unwrap().backend,
-            Backend::Other(_)
+            Backend::Other { .. }
         ));
     }
 

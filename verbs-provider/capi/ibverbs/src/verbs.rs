@@ -1731,7 +1731,8 @@ fn state_of(value: c_int) -> Option<QpState> {
 }
 
 /// The destination MAC of an IPv4-mapped GID: on `udp:` the peer's default MAC (the
-/// backend carries frames by IP anyway); on `eth:` the kernel's neighbour entry.
+/// backend carries frames by IP anyway); on `eth:` and `pci` (a guest on a real link) the
+/// kernel's neighbour entry where it has one, else that default MAC.
 pub fn resolve_mac(open: &OpenDevice, gid: &Gid) -> [u8; 6] {
     if let Some(mac) = gid.link_local_mac() {
         return mac;
@@ -1740,11 +1741,13 @@ pub fn resolve_mac(open: &OpenDevice, gid: &Gid) -> [u8; 6] {
         return [0; 6];
     }
     let ip = std::net::Ipv4Addr::new(gid.0[12], gid.0[13], gid.0[14], gid.0[15]);
-    if let Backend::Host {
-        net: rnic_net::NetSpec::Eth(_),
-        ..
-    } = &open.entry.spec.backend
-    {
+    if matches!(
+        &open.entry.spec.backend,
+        Backend::Host {
+            net: rnic_net::NetSpec::Eth(_),
+            ..
+        } | Backend::Other { .. }
+    ) {
         if let Some(mac) = arp_lookup(ip) {
             return mac;
         }
