@@ -18,6 +18,9 @@ use crate::nvmeof::wire::cqe::{CqeRepr, CQE_LEN};
 use crate::nvmeof::wire::sqe::SQE_LEN;
 use crate::rdma::{BufferPool, Connection, DataBuffer, SlotRegion};
 
+/// Receives posted with one doorbell at most.
+pub(crate) const RECEIVE_BATCH: usize = 32;
+
 /// What a work request was for: the top byte of its `wr_id`, the slot below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WorkKind {
@@ -131,6 +134,8 @@ pub(crate) struct TargetQueue {
     /// A peer description for logs.
     pub peer: String,
     pub completions: Vec<WorkCompletion>,
+    /// Slots whose receive goes back at the end of this poll, all with one doorbell.
+    pub reposts: Vec<usize>,
 }
 
 /// Sizes of a queue being created.
@@ -197,6 +202,36 @@ impl TargetQueue {
             sg_list: &sge,
         }])?;
         self.slots[slot] = Slot::Posted;
+        Ok(())
+    }
+
+    /// Marks `slot`'s receive to be posted again by the next [`TargetQueue::flush_receives`].
+    pub fn repost_receive(&mut self, slot: usize) {
+        self.slots[slot] = Slot::Posted;
+        self.reposts.push(slot);
+    }
+
+    /// Posts the receives marked since the last flush, up to [`RECEIVE_BATCH`] per
+    /// doorbell (SPDK batches its receive WRs the same way): one MMIO write for a
+    /// poll's worth of answered commands instead of one each.
+    pub fn flush_receives(&mut self) -> Result<(), rnic_verbs::PostError> {
+        let size = self.receives.slot_size();
+        while !self.reposts.is_empty() {
+            let count = self.reposts.len().min(RECEIVE_BATCH);
+            let mut sges = [rnic_verbs::Sge::default(); RECEIVE_BATCH];
+            for (sge, &slot) in sges.iter_mut().zip(&self.reposts[..count]) {
+                *sge = self.receives.sge(slot, size);
+            }
+            let mut requests = [RecvWorkRequest::default(); RECEIVE_BATCH];
+            for ((request, sge), &slot) in requests.iter_mut().zip(&sges).zip(&self.reposts[..count]) {
+                *request = RecvWorkRequest {
+                    wr_id: wr_id(WorkKind::Receive, slot),
+                    sg_list: std::slice::from_ref(sge),
+                };
+            }
+            self.qp.post_recv(&requests[..count])?;
+            self.reposts.drain(..count);
+        }
         Ok(())
     }
 
