@@ -673,9 +673,7 @@ impl Target {
     fn handle_capsule(&mut self, q: usize, slot: usize, length: usize) {
         self.counters.capsules_received += 1;
         let queue = self.queues[q].as_mut().expect("present");
-        let length = length.min(queue.receives.slot_size());
-        self.capsule.resize(length, 0);
-        if let Err(e) = queue.receives.read(slot, &mut self.capsule) {
+        if let Err(e) = queue.receives.read_capsule(slot, length, &mut self.capsule) {
             let peer = queue.peer.clone();
             self.diag("receive-buffer", || format!("reading a capsule of {peer}: {e}"));
             return self.fail_queue(q, "receive buffer unreadable");
