@@ -53,6 +53,10 @@ pub enum Error {
     },
 }
 
+/// Where [`BlockDevice::read_to`] hands the blocks it read: called with the byte offset of
+/// each piece in the read and the piece; an `Err` (why) refuses it.
+pub type ReadSink<'a> = dyn FnMut(usize, &[u8]) -> Result<(), String> + 'a;
+
 /// A fixed array of equal-sized blocks.
 pub trait BlockDevice: Send + Sync {
     /// Bytes per block (512 or 4096).
@@ -74,13 +78,7 @@ pub trait BlockDevice: Send + Sync {
     /// # Errors
     /// As [`BlockDevice::read`]; [`Error::Destination`] with what `sink` returned when it
     /// refused a piece (nothing more is handed over after that).
-    fn read_to(
-        &self,
-        lba: u64,
-        length: usize,
-        bounce: &mut Vec<u8>,
-        sink: &mut dyn FnMut(usize, &[u8]) -> Result<(), String>,
-    ) -> Result<(), Error> {
+    fn read_to(&self, lba: u64, length: usize, bounce: &mut Vec<u8>, sink: &mut ReadSink<'_>) -> Result<(), Error> {
         if bounce.len() < length {
             bounce.resize(length, 0);
         }

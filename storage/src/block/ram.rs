@@ -2,7 +2,7 @@
 
 use std::sync::RwLock;
 
-use super::{check_block_size, check_blocks, check_range, BlockDevice, Error};
+use super::{check_block_size, check_blocks, check_range, BlockDevice, Error, ReadSink};
 
 /// The page size the operating system maps memory in (the smallest; larger pages are
 /// touched more than once, which costs nothing more).
@@ -77,13 +77,7 @@ impl BlockDevice for RamBackend {
         Ok(())
     }
 
-    fn read_to(
-        &self,
-        lba: u64,
-        length: usize,
-        _bounce: &mut Vec<u8>,
-        sink: &mut dyn FnMut(usize, &[u8]) -> Result<(), String>,
-    ) -> Result<(), Error> {
+    fn read_to(&self, lba: u64, length: usize, _bounce: &mut Vec<u8>, sink: &mut ReadSink<'_>) -> Result<(), Error> {
         // The blocks are lent in place: the caller's copy is the only one.
         let (offset, _) = check_range(lba, length, self.block_size, self.blocks)?;
         let offset = offset as usize;
