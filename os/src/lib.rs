@@ -31,7 +31,11 @@
 //!   ([`enter_network_namespace`], [`set_thread_timer_slack`],
 //!   [`install_termination_handlers`]);
 //! * `pthread_sigmask` ([`spawn_with_signals_blocked`]) — the drop-in libraries' threads
-//!   must not take the application's process-directed signals.
+//!   must not take the application's process-directed signals;
+//! * `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` ([`thread_cpu_time`]) — a benchmark's CPU
+//!   cost on a machine shared with other work, which `std` does not offer;
+//! * `madvise(MADV_HUGEPAGE)` ([`advise_huge_pages`]) — transparent huge pages for the
+//!   storage crate's RAM disks, read at random.
 //!
 //! Memory shared with another process is only ever touched through raw pointers
 //! (`copy_nonoverlapping`) or atomics, never through Rust references: the other process
@@ -51,13 +55,13 @@ use std::io;
 
 pub use application::{advise_huge_pages, lock_pages, unlock_pages, ApplicationRange};
 pub use event::{eventfd, take_eventfd, wait_readable};
-pub use memory::{file_seals, host_page_size, memfd_create, MappedRegion, PageSize, Protection};
+pub use memory::{advise_huge_pages, file_seals, host_page_size, memfd_create, MappedRegion, PageSize, Protection};
 pub use pagemap::{PageMap, PagemapEntry, PAGEMAP_PFN_MASK, PAGEMAP_PRESENT, PAGEMAP_SWAPPED};
 pub use process::{
     enter_network_namespace, install_termination_handlers, set_thread_timer_slack, termination_requested,
 };
 pub use socket::{bind_unix_listener, recv_with_fds, send_with_fds, set_receive_buffer, Received, MAX_FDS_PER_MESSAGE};
-pub use thread::{signal_blocked_in_this_thread, spawn_with_signals_blocked};
+pub use thread::{signal_blocked_in_this_thread, spawn_with_signals_blocked, thread_cpu_time};
 
 /// Turns a negative libc return value into the thread's `errno`.
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {

@@ -23,7 +23,7 @@ use rnic_storage::nvmeof::embedded::{CmKind, EmbeddedSession, EmbeddedSetup};
 use rnic_storage::nvmeof::host::{Host, HostConfig};
 use rnic_storage::nvmeof::perf::{self, Pattern, TimeMode, Workload};
 use rnic_storage::nvmeof::target::{AllowedHosts, Subsystem, TargetConfig};
-use rnic_storage::perf::{PerfReport, ProgressLine};
+use rnic_storage::perf::{thread_cpu_seconds, PerfReport, ProgressLine};
 use rnic_storage::rdma::reactor::Pace;
 use rnic_storage::rdma::setup::{open_context, CmChoice};
 use rnic_storage::rdma::{RcPathConfig, ServiceAddress, WallReactor};
@@ -313,6 +313,7 @@ fn compare_with_nic(
     timing: TimingParams,
 ) -> Result<(), String> {
     let mut seconds_per_io = 0.0;
+    let mut cpu_seconds_per_io = 0.0;
     for (weight, operation, size) in nic_messages(workload, arguments.in_capsule) {
         if weight <= 0.0 {
             continue;
@@ -320,7 +321,7 @@ fn compare_with_nic(
         let config = BenchConfig {
             operation,
             size,
-            iterations: 20_000,
+            iterations: NIC_ITERATIONS,
             queue_pairs: usize::from(arguments.queues),
             mtu: arguments.mtu,
             faults: FaultPlan::none(),
@@ -341,7 +342,18 @@ fn compare_with_nic(
             connection_manager: false,
             ..BenchConfig::default()
         };
+        // The CPU time of the messages alone: a short run's (set-up and a few messages)
+        // taken from the full run's, so the NIC's set-up is not counted as its cost.
+        let short = BenchConfig {
+            iterations: NIC_SHORT_ITERATIONS,
+            ..config.clone()
+        };
+        let cpu_before = thread_cpu_seconds();
+        bench::run(&short).map_err(|e| e.to_string())?;
+        let cpu_short = thread_cpu_seconds() - cpu_before;
+        let cpu_before = thread_cpu_seconds();
         let (nic, _) = bench::run(&config).map_err(|e| e.to_string())?;
+        let cpu_full = thread_cpu_seconds() - cpu_before;
         let rate = nic.msg_rate_mpps * 1e6;
         if rate <= 0.0 {
             return Err(format!("rnic-bench {} {size}: no message rate", operation.name()));
@@ -350,6 +362,8 @@ fn compare_with_nic(
             .extra
             .push((format!("rnic-bench {} {size} B msg/s", operation.name()), rate));
         seconds_per_io += weight / rate;
+        let cpu_per_message = (cpu_full - cpu_short) / (NIC_ITERATIONS - NIC_SHORT_ITERATIONS) as f64;
+        cpu_seconds_per_io += weight * cpu_per_message;
     }
     let nic_iops = 1.0 / seconds_per_io;
     report.extra.push(("NIC-only IOPS (same messages)".into(), nic_iops));
@@ -360,8 +374,28 @@ fn compare_with_nic(
         "storage cost / NIC cost (goal <= 0.30)".into(),
         nic_iops / report.iops - 1.0,
     ));
+    // The same ratio on CPU time (both halves run on this one thread): what each I/O
+    // cost, whatever share of the CPUs other work on the machine left this run.
+    if report.cpu_s > 0.0 && cpu_seconds_per_io > 0.0 && report.ios > 0 {
+        let cpu_per_io = report.cpu_s / report.ios as f64;
+        report.extra.push(("CPU us per I/O".into(), cpu_per_io * 1e6));
+        report.extra.push((
+            "NIC-only CPU us per I/O (same messages)".into(),
+            cpu_seconds_per_io * 1e6,
+        ));
+        report.extra.push((
+            "storage cost / NIC cost, CPU time".into(),
+            cpu_per_io / cpu_seconds_per_io - 1.0,
+        ));
+    }
     Ok(())
 }
+
+/// Messages of each NIC-only run.
+const NIC_ITERATIONS: u64 = 20_000;
+/// Messages of the short NIC-only run whose CPU time (set-up, mostly) is taken from the
+/// full run's.
+const NIC_SHORT_ITERATIONS: u64 = 2_000;
 
 /// `trtype:RDMA adrfam:IPv4 traddr:A trsvcid:P subnqn:N` → address and NQN.
 fn parse_transport_id(text: &str) -> Result<(ServiceAddress, String), String> {

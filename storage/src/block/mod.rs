@@ -36,6 +36,10 @@ pub enum Error {
     /// The configuration cannot describe a device.
     #[error("invalid block device configuration: {0}")]
     Config(String),
+    /// The destination of a [`BlockDevice::read_to`] refused the bytes (the device itself
+    /// read them).
+    #[error("the destination of the read refused its bytes: {0}")]
+    Destination(String),
     /// The operating system refused an operation on the backing file.
     #[error("{operation} on {path}: {source}")]
     Io {
@@ -49,6 +53,10 @@ pub enum Error {
     },
 }
 
+/// Where [`BlockDevice::read_to`] hands the blocks it read: called with the byte offset of
+/// each piece in the read and the piece; an `Err` (why) refuses it.
+pub type ReadSink<'a> = dyn FnMut(usize, &[u8]) -> Result<(), String> + 'a;
+
 /// A fixed array of equal-sized blocks.
 pub trait BlockDevice: Send + Sync {
     /// Bytes per block (512 or 4096).
@@ -59,6 +67,25 @@ pub trait BlockDevice: Send + Sync {
 
     /// Reads `buffer.len() / block_size` blocks starting at `lba` into `buffer`.
     fn read(&self, lba: u64, buffer: &mut [u8]) -> Result<(), Error>;
+
+    /// Reads `length` bytes (whole blocks) starting at `lba` and hands them to `sink`,
+    /// in order, as one or more consecutive pieces (the byte offset of each piece in the
+    /// read, and the piece). A device that holds its blocks in memory lends them in place,
+    /// so a target copies them once, straight into the registered buffer its RDMA WRITE
+    /// sends from; other devices read into `bounce` first (grown to `length` once and
+    /// kept by the caller, so a steady stream of reads allocates nothing).
+    ///
+    /// # Errors
+    /// As [`BlockDevice::read`]; [`Error::Destination`] with what `sink` returned when it
+    /// refused a piece (nothing more is handed over after that).
+    fn read_to(&self, lba: u64, length: usize, bounce: &mut Vec<u8>, sink: &mut ReadSink<'_>) -> Result<(), Error> {
+        if bounce.len() < length {
+            bounce.resize(length, 0);
+        }
+        let buffer = &mut bounce[..length];
+        self.read(lba, buffer)?;
+        sink(0, buffer).map_err(Error::Destination)
+    }
 
     /// Writes `data.len() / block_size` blocks starting at `lba`.
     fn write(&self, lba: u64, data: &[u8]) -> Result<(), Error>;

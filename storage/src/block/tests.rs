@@ -64,6 +64,47 @@ fn a_ram_device_zeroes_and_deallocates() {
     zeroes_and_deallocates(&RamBackend::new(512, 8).unwrap());
 }
 
+/// `read_to` hands over exactly the blocks `read` returns, in order, refuses what `read`
+/// refuses, and reports a sink's refusal as the destination's, not the device's.
+fn hands_blocks_to_a_sink(device: &dyn BlockDevice) {
+    let block = device.block_size() as usize;
+    device.write(1, &pattern(2 * block, 5)).unwrap();
+    let mut bounce = Vec::new();
+    let mut received = Vec::new();
+    device
+        .read_to(1, 2 * block, &mut bounce, &mut |at, piece| {
+            assert_eq!(at, received.len(), "pieces come in order");
+            received.extend_from_slice(piece);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(received, pattern(2 * block, 5));
+    assert!(matches!(
+        device.read_to(device.block_count(), block, &mut bounce, &mut |_, _| Ok(())),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        device.read_to(0, block + 1, &mut bounce, &mut |_, _| Ok(())),
+        Err(Error::PartialBlock { .. })
+    ));
+    assert!(matches!(
+        device.read_to(0, block, &mut bounce, &mut |_, _| Err("full".into())),
+        Err(Error::Destination(reason)) if reason == "full"
+    ));
+}
+
+#[test]
+fn a_ram_device_lends_its_blocks_to_a_sink() {
+    hands_blocks_to_a_sink(&RamBackend::new(512, 16).unwrap());
+}
+
+#[test]
+fn a_file_device_hands_its_blocks_to_a_sink_through_the_bounce_buffer() {
+    let path = temporary_path("sink");
+    hands_blocks_to_a_sink(&FileBackend::create(&path, 512, 16, FileMode::Buffered).unwrap());
+    std::fs::remove_file(&path).unwrap();
+}
+
 #[test]
 fn block_sizes_other_than_powers_of_two_from_512_to_4096_are_refused() {
     for size in [0, 256, 1000, 8192] {

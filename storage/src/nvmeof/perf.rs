@@ -270,6 +270,7 @@ fn drive(
         wall: Instant::now(),
     };
     let wall_start = Instant::now();
+    let cpu_start = crate::perf::thread_cpu_seconds();
     let start = clock.now(host);
     let deadline = workload.duration_ns.map(|d| start + d);
     let reconnects_before = host.counters().reconnects;
@@ -424,6 +425,7 @@ fn drive(
     }
     report.elapsed_s = clock.now(host).saturating_sub(start) as f64 / 1e9;
     report.wall_s = wall_start.elapsed().as_secs_f64();
+    report.cpu_s = (crate::perf::thread_cpu_seconds() - cpu_start).max(0.0);
     report.reconnects = host.counters().reconnects - reconnects_before;
     report.finish(&histogram);
     Ok(report)

@@ -77,6 +77,10 @@ pub struct PerfReport {
     pub elapsed_s: f64,
     /// Wall-clock seconds of the run, whatever the mode.
     pub wall_s: f64,
+    /// CPU seconds the running thread used during the run (in an embedded run the host,
+    /// the target and the modelled NICs all run on it): the run's cost, whatever share
+    /// of the CPUs a loaded machine gave it. 0 where the platform does not say.
+    pub cpu_s: f64,
     /// I/Os per second.
     pub iops: f64,
     /// Megabytes (10^6) per second.

@@ -299,6 +299,15 @@ pub struct Host {
     recovering: bool,
     polls: u32,
     io_polls: u32,
+    /// The capsule being built (SQE and in-capsule data), kept between commands so a
+    /// submission allocates nothing.
+    capsule: Vec<u8>,
+    /// Slots a poll of one queue touched and the commands it finished, kept between
+    /// polls for the same reason.
+    touched: Vec<usize>,
+    finished: Vec<Outstanding>,
+    /// Response slots whose receives a poll of one queue posts again, together.
+    reposts: Vec<usize>,
 }
 
 impl std::fmt::Debug for Host {
@@ -362,6 +371,10 @@ impl Host {
             recovering: false,
             polls: 0,
             io_polls: 0,
+            capsule: Vec::new(),
+            touched: Vec::new(),
+            finished: Vec::new(),
+            reposts: Vec::new(),
         };
         host.recovering = true;
         let result = host.establish();
@@ -1264,12 +1277,19 @@ impl Host {
             return Err(HostError::QueueFull(queue));
         };
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-        let mut capsule_data = Vec::new();
+        // The capsule: the SQE, then any in-capsule data (read from the pool buffer
+        // straight behind it).
+        let capsule = &mut self.capsule;
+        capsule.clear();
+        capsule.resize(SQE_LEN, 0);
         let (sgl, buffer) = match data {
             Data::None => (SglRepr::NO_DATA, HostBuffer::None),
             Data::ToController(buffer, length) if (length as usize) <= in_capsule_limit => {
-                capsule_data.resize(length as usize, 0);
-                pool.read(&buffer, 0, &mut capsule_data)?;
+                capsule.resize(SQE_LEN + length as usize, 0);
+                if let Err(e) = pool.read(&buffer, 0, &mut capsule[SQE_LEN..]) {
+                    q.free.push(slot);
+                    return Err(e.into());
+                }
                 (SglRepr::InCapsule { offset: 0, length }, HostBuffer::Pool(buffer))
             }
             Data::ToController(buffer, length) | Data::FromController(buffer, length) => {
@@ -1301,9 +1321,8 @@ impl Host {
             (SglRepr::Keyed { key, .. }, HostBuffer::Invalidating { .. }) => Some(*key),
             _ => None,
         };
-        let mut capsule = command.to_sqe(cid, &sgl).to_bytes().to_vec();
-        capsule.extend_from_slice(&capsule_data);
-        if let Err(e) = q.send_capsule(slot, &capsule) {
+        capsule[..SQE_LEN].copy_from_slice(&command.to_sqe(cid, &sgl).to_bytes());
+        if let Err(e) = q.send_capsule(slot, capsule) {
             q.free.push(slot);
             return Err(HostError::Protocol(format!("sending {}: {e}", command.name())));
         }
@@ -1351,9 +1370,23 @@ impl Host {
             return Ok(0);
         };
         let mut completions = std::mem::take(&mut q.completions);
-        let count = q.cq.poll(&mut completions).map_err(|e| e.to_string())?;
+        let count = q.cq.poll(&mut completions).map_err(|e| e.to_string());
+        let count = match count {
+            Ok(count) => count,
+            Err(e) => {
+                q.completions = completions;
+                return Err(e);
+            }
+        };
+        if count == 0 {
+            q.completions = completions;
+            return Ok(0);
+        }
         let mut result = Ok(count);
-        let mut touched: Vec<usize> = Vec::with_capacity(count);
+        let touched = &mut self.touched;
+        touched.clear();
+        let reposts = &mut self.reposts;
+        reposts.clear();
         for wc in &completions[..count] {
             if wc.status != WcStatus::Success {
                 result = Err(format!(
@@ -1376,10 +1409,8 @@ impl Host {
                 }
                 let cqe = CqeRepr::parse(&Cqe::new_unchecked(&bytes[..])).expect("16 bytes");
                 let invalidated = wc.wc_flags.contains(WcFlags::WITH_INV).then_some(wc.invalidated_rkey);
-                if let Err(e) = q.post_receive(slot) {
-                    result = Err(format!("queue {queue}: reposting a receive: {e}"));
-                    break;
-                }
+                // Its receive goes back (with the others of this poll) below.
+                reposts.push(slot);
                 let target_slot = q.slot_of(cqe.cid).or_else(|| {
                     q.slots.iter().position(|s| {
                         s.as_ref()
@@ -1406,9 +1437,14 @@ impl Host {
             }
         }
         q.completions = completions;
+        if let Err(e) = q.post_receives(reposts) {
+            if result.is_ok() {
+                result = Err(format!("queue {queue}: reposting receives: {e}"));
+            }
+        }
         // Finish the commands touched now whose response and send completion are both in.
-        let mut finished = Vec::new();
-        for &slot in &touched {
+        let mut finished = std::mem::take(&mut self.finished);
+        for &slot in touched.iter() {
             let done = q.slots[slot]
                 .as_ref()
                 .is_some_and(|o| o.send_done && o.response.is_some());
@@ -1418,9 +1454,10 @@ impl Host {
                 finished.push(outstanding);
             }
         }
-        for outstanding in finished {
+        for outstanding in finished.drain(..) {
             self.finish(queue, outstanding);
         }
+        self.finished = finished;
         result
     }
 

@@ -16,6 +16,9 @@ use crate::nvmeof::wire::cqe::{CqeRepr, CQE_LEN};
 use crate::nvmeof::wire::sqe::SQE_LEN;
 use crate::rdma::{Connection, DataBuffer, SlotRegion};
 
+/// Receives posted with one doorbell at most.
+const RECEIVE_BATCH: usize = 32;
+
 /// Slot bits of a command identifier (queues of up to 1024 entries).
 pub(crate) const CID_SLOT_BITS: u32 = 10;
 
@@ -123,6 +126,26 @@ impl HostQueue {
             wr_id: receive_wr_id(slot),
             sg_list: &sge,
         }])
+    }
+
+    /// Posts the receives of response slots `slots`, up to [`RECEIVE_BATCH`] per
+    /// doorbell: a poll's worth of responses costs one MMIO write, not one each.
+    pub fn post_receives(&self, slots: &[usize]) -> Result<(), rnic_verbs::PostError> {
+        for chunk in slots.chunks(RECEIVE_BATCH) {
+            let mut sges = [rnic_verbs::Sge::default(); RECEIVE_BATCH];
+            for (sge, &slot) in sges.iter_mut().zip(chunk) {
+                *sge = self.responses.sge(slot, CQE_LEN);
+            }
+            let mut requests = [RecvWorkRequest::default(); RECEIVE_BATCH];
+            for ((request, sge), &slot) in requests.iter_mut().zip(&sges).zip(chunk) {
+                *request = RecvWorkRequest {
+                    wr_id: receive_wr_id(slot),
+                    sg_list: std::slice::from_ref(sge),
+                };
+            }
+            self.qp.post_recv(&requests[..chunk.len()])?;
+        }
+        Ok(())
     }
 
     /// A free slot and the CID it gives the next command.

@@ -188,6 +188,8 @@ impl Outcome {
 
 /// Polls between two looks at the clock for timers.
 const HOUSEKEEPING_POLLS: u32 = 128;
+/// Polls between two looks at the listener.
+const LISTENER_POLLS: u32 = 16;
 /// Work completions taken per CQ poll.
 const POLL_BATCH: usize = 32;
 
@@ -207,6 +209,11 @@ pub struct Target {
     genctr: u64,
     started_ns: u64,
     polls: u32,
+    /// The capsule being parsed (its own buffer, so `scratch` keeps its data-sized
+    /// allocation and is not cleared on every command).
+    capsule: Vec<u8>,
+    /// Data of the command being executed: a bounce buffer for the host's data and for
+    /// devices that cannot lend their blocks.
     scratch: Vec<u8>,
     compare: Vec<u8>,
     diagnostics: rnic_diag::Limiter,
@@ -301,6 +308,7 @@ impl Target {
             genctr: 1,
             started_ns,
             polls: 0,
+            capsule: Vec::new(),
             scratch: Vec::new(),
             compare: Vec::new(),
             diagnostics: rnic_diag::Limiter::new(rnic_diag::Policy::DEFAULT),
@@ -408,12 +416,18 @@ impl Target {
     /// Does what can be done now; returns how much.
     pub fn poll(&mut self) -> usize {
         let mut work = 0;
-        while let Some(request) = self.listener.poll_request() {
-            self.handle_connection_request(request);
-            work += 1;
-        }
         for q in 0..self.queues.len() {
             work += self.poll_queue(q);
+        }
+        // The listener (the connection manager's MADs on QP1) is looked at every few
+        // polls, as SPDK's acceptor poller runs at its own, lower rate: looking on every
+        // pass cost as much as the I/O queues' own polls (a CQ poll and a doorbell on QP1
+        // each time), and a connection request waits a few polls at most.
+        if self.polls.is_multiple_of(LISTENER_POLLS) {
+            while let Some(request) = self.listener.poll_request() {
+                self.handle_connection_request(request);
+                work += 1;
+            }
         }
         self.polls = self.polls.wrapping_add(1);
         if self.polls.is_multiple_of(HOUSEKEEPING_POLLS) {
@@ -552,6 +566,7 @@ impl Target {
             close_when_drained: false,
             peer: peer.clone(),
             completions: vec![WorkCompletion::default(); POLL_BATCH],
+            reposts: Vec::with_capacity(geometry.slots),
         };
         for slot in 0..geometry.slots {
             if let Err(e) = queue.post_receive(slot) {
@@ -602,6 +617,15 @@ impl Target {
         queue.completions = completions;
         work += self.start_waiting(q);
         work += self.execute_ready(q);
+        // The receives of the commands answered in this poll go back together.
+        if let Some(queue) = self.queues[q].as_mut() {
+            if let Err(e) = queue.flush_receives() {
+                let peer = queue.peer.clone();
+                self.diag("post", || format!("reposting receives for {peer}: {e}"));
+                self.fail_queue(q, "receive post failed");
+                return work + 1;
+            }
+        }
         work
     }
 
@@ -649,9 +673,7 @@ impl Target {
     fn handle_capsule(&mut self, q: usize, slot: usize, length: usize) {
         self.counters.capsules_received += 1;
         let queue = self.queues[q].as_mut().expect("present");
-        let length = length.min(queue.receives.slot_size());
-        self.scratch.resize(length, 0);
-        if let Err(e) = queue.receives.read(slot, &mut self.scratch) {
+        if let Err(e) = queue.receives.read_capsule(slot, length, &mut self.capsule) {
             let peer = queue.peer.clone();
             self.diag("receive-buffer", || format!("reading a capsule of {peer}: {e}"));
             return self.fail_queue(q, "receive buffer unreadable");
@@ -661,7 +683,7 @@ impl Target {
         } else {
             QueueKind::Io
         };
-        let capsule = match parse_command_capsule(&self.scratch, kind) {
+        let capsule = match parse_command_capsule(&self.capsule, kind) {
             Ok(capsule) => capsule,
             Err(CapsuleError::Truncated(bytes)) => {
                 self.counters.malformed_capsules += 1;
@@ -677,7 +699,7 @@ impl Target {
                 queue.unanswered += 1;
                 queue.sq_head = (queue.sq_head + 1) % queue.entries;
                 let (peer, qid) = (queue.peer.clone(), queue.qid);
-                let opcode = self.scratch[0];
+                let opcode = self.capsule[0];
                 self.diag("refused-command", || {
                     format!("command {cid} (opcode {opcode:#04x}) on queue {qid} of {peer}: {reason}: {status}")
                 });
@@ -1229,21 +1251,51 @@ impl Target {
                     return Outcome::error(Status::INVALID_NAMESPACE_OR_FORMAT);
                 };
                 let length = range.blocks as usize * ns.device.block_size() as usize;
-                let mut data = std::mem::take(&mut self.scratch);
-                data.resize(length, 0);
-                let result = ns.device.read(range.slba, &mut data);
-                let outcome = match result {
-                    Ok(()) => {
+                // Zero-copy: the device hands its blocks straight to the registered
+                // buffer the RDMA WRITE sends from (a RAM device lends them in place;
+                // others read into the bounce buffer, which is kept across commands).
+                let queue = self.queues[q].as_ref().expect("present");
+                let staged = match request.buffer {
+                    Some(buffer) => {
+                        let room = buffer.length as usize;
+                        let pool = &queue.pool;
+                        let result = ns
+                            .device
+                            .read_to(range.slba, length, &mut self.scratch, &mut |at, piece| {
+                                let end = (at + piece.len()).min(room);
+                                match piece.get(..end.saturating_sub(at)) {
+                                    Some(part) if !part.is_empty() => {
+                                        pool.write(&buffer, at, part).map_err(|e| e.to_string())
+                                    }
+                                    _ => Ok(()),
+                                }
+                            });
+                        result.map(|()| Some(length.min(room) as u32))
+                    }
+                    // No buffer (nothing to send: the plan allowed no data): the blocks
+                    // are still read, so a failing device still fails the command.
+                    None => ns
+                        .device
+                        .read_to(range.slba, length, &mut self.scratch, &mut |_, _| Ok(()))
+                        .map(|()| None),
+                };
+                match staged {
+                    Ok(to_host) => {
                         let counters = &mut self.subsystems[subsystem].counters;
                         counters.bytes_read += length as u64;
                         counters.read_commands += 1;
                         self.counters.bytes_read += length as u64;
-                        self.outcome_to_host(q, request, &data)
+                        Outcome {
+                            to_host,
+                            ..Outcome::success(0)
+                        }
+                    }
+                    Err(crate::block::Error::Destination(reason)) => {
+                        self.diag("data-buffer", || format!("staging read data for the host: {reason}"));
+                        Outcome::error(Status::DATA_TRANSFER_ERROR)
                     }
                     Err(e) => self.backend_error(subsystem, "read", &e, Status::UNRECOVERED_READ_ERROR),
-                };
-                self.scratch = data;
-                outcome
+                }
             }
             Command::Write(range) | Command::Compare(range) => {
                 let Some(ns) = namespace(self, range.nsid) else {
@@ -1486,11 +1538,7 @@ impl Target {
                 }
                 return;
             }
-            if let Err(e) = queue.post_receive(slot) {
-                let peer = queue.peer.clone();
-                self.diag("post", || format!("reposting a receive for {peer}: {e}"));
-                self.fail_queue(q, "receive post failed");
-            }
+            queue.repost_receive(slot);
         }
     }
 

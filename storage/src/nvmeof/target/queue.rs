@@ -18,6 +18,9 @@ use crate::nvmeof::wire::cqe::{CqeRepr, CQE_LEN};
 use crate::nvmeof::wire::sqe::SQE_LEN;
 use crate::rdma::{BufferPool, Connection, DataBuffer, SlotRegion};
 
+/// Receives posted with one doorbell at most.
+pub(crate) const RECEIVE_BATCH: usize = 32;
+
 /// What a work request was for: the top byte of its `wr_id`, the slot below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WorkKind {
@@ -104,7 +107,7 @@ pub(crate) struct TargetQueue {
     pub qp: QueuePair,
     pub cq: CompletionQueue,
     pub connection: Box<dyn Connection>,
-    pub receives: SlotRegion,
+    pub receives: Receives,
     pub responses: SlotRegion,
     pub pool: BufferPool,
     /// QID from the CM request.
@@ -131,6 +134,8 @@ pub(crate) struct TargetQueue {
     /// A peer description for logs.
     pub peer: String,
     pub completions: Vec<WorkCompletion>,
+    /// Slots whose receive goes back at the end of this poll, all with one doorbell.
+    pub reposts: Vec<usize>,
 }
 
 /// Sizes of a queue being created.
@@ -160,7 +165,7 @@ impl TargetQueue {
         context: &Context,
         pd: &ProtectionDomain,
         geometry: QueueGeometry,
-    ) -> rnic_verbs::Result<(QueuePair, CompletionQueue, SlotRegion, SlotRegion, BufferPool)> {
+    ) -> rnic_verbs::Result<(QueuePair, CompletionQueue, Receives, SlotRegion, BufferPool)> {
         let send_depth = 2 * geometry.slots as u32 + 4;
         let recv_depth = geometry.slots as u32;
         let cq = context.create_cq(send_depth + recv_depth, None, 0)?;
@@ -172,18 +177,20 @@ impl TargetQueue {
                 max_send_wr: send_depth,
                 max_recv_wr: recv_depth,
                 max_send_sge: 1,
-                max_recv_sge: 1,
+                // The SQE and the in-capsule data land in two buffers.
+                max_recv_sge: 2,
                 max_inline_data: 0,
             },
             qp_type: QpType::Rc,
             sq_sig_all: false,
         })?;
-        let receives = SlotRegion::new(
-            pd,
-            geometry.slots,
-            SQE_LEN + geometry.in_capsule_size,
-            AccessFlags::LOCAL_WRITE,
-        )?;
+        let receives = Receives {
+            commands: SlotRegion::new(pd, geometry.slots, SQE_LEN, AccessFlags::LOCAL_WRITE)?,
+            in_capsule: match geometry.in_capsule_size {
+                0 => None,
+                size => Some(SlotRegion::new(pd, geometry.slots, size, AccessFlags::LOCAL_WRITE)?),
+            },
+        };
         let responses = SlotRegion::new(pd, geometry.slots, CQE_LEN, AccessFlags::LOCAL_WRITE)?;
         let pool = BufferPool::new(pd, geometry.pool_bytes, 4096, AccessFlags::LOCAL_WRITE)?;
         Ok((qp, cq, receives, responses, pool))
@@ -191,12 +198,41 @@ impl TargetQueue {
 
     /// Posts receive `slot`.
     pub fn post_receive(&mut self, slot: usize) -> Result<(), rnic_verbs::PostError> {
-        let sge = [self.receives.sge(slot, self.receives.slot_size())];
+        let (sges, count) = self.receives.sges(slot);
         self.qp.post_recv(&[RecvWorkRequest {
             wr_id: wr_id(WorkKind::Receive, slot),
-            sg_list: &sge,
+            sg_list: &sges[..count],
         }])?;
         self.slots[slot] = Slot::Posted;
+        Ok(())
+    }
+
+    /// Marks `slot`'s receive to be posted again by the next [`TargetQueue::flush_receives`].
+    pub fn repost_receive(&mut self, slot: usize) {
+        self.slots[slot] = Slot::Posted;
+        self.reposts.push(slot);
+    }
+
+    /// Posts the receives marked since the last flush, up to [`RECEIVE_BATCH`] per
+    /// doorbell (SPDK batches its receive WRs the same way): one MMIO write for a
+    /// poll's worth of answered commands instead of one each.
+    pub fn flush_receives(&mut self) -> Result<(), rnic_verbs::PostError> {
+        while !self.reposts.is_empty() {
+            let count = self.reposts.len().min(RECEIVE_BATCH);
+            let mut sges = [([rnic_verbs::Sge::default(); 2], 0); RECEIVE_BATCH];
+            for (sge, &slot) in sges.iter_mut().zip(&self.reposts[..count]) {
+                *sge = self.receives.sges(slot);
+            }
+            let mut requests = [RecvWorkRequest::default(); RECEIVE_BATCH];
+            for ((request, (sge, used)), &slot) in requests.iter_mut().zip(&sges).zip(&self.reposts[..count]) {
+                *request = RecvWorkRequest {
+                    wr_id: wr_id(WorkKind::Receive, slot),
+                    sg_list: &sge[..*used],
+                };
+            }
+            self.qp.post_recv(&requests[..count])?;
+            self.reposts.drain(..count);
+        }
         Ok(())
     }
 
@@ -281,7 +317,53 @@ impl TargetQueue {
         out: &mut Vec<u8>,
     ) -> rnic_verbs::Result<()> {
         out.resize(range.len(), 0);
-        self.receives.read_at(slot, SQE_LEN + range.start, out)
+        match &self.receives.in_capsule {
+            Some(data) => data.read_at(slot, range.start, out),
+            None => Err(rnic_verbs::VerbsError::InvalidArgument(
+                "in-capsule data on a queue that takes none".into(),
+            )),
+        }
+    }
+}
+
+/// The receive buffers of a queue, two per slot as Linux's and SPDK's targets post them:
+/// the SQE in a dense array of 64-byte commands, the in-capsule data (if the target takes
+/// any) in a page-sized buffer of its own. A capsule scatters across both exactly as it
+/// would into one buffer of their total size; what the split buys is that the commands
+/// of a busy queue share a few cache lines and pages instead of one page each.
+pub(crate) struct Receives {
+    pub commands: SlotRegion,
+    pub in_capsule: Option<SlotRegion>,
+}
+
+impl Receives {
+    /// Bytes a receive takes: an SQE and the in-capsule data.
+    pub fn capacity(&self) -> usize {
+        SQE_LEN + self.in_capsule.as_ref().map_or(0, SlotRegion::slot_size)
+    }
+
+    /// The SGEs of receive `slot` and how many of the two are used.
+    pub fn sges(&self, slot: usize) -> ([rnic_verbs::Sge; 2], usize) {
+        let command = self.commands.sge(slot, SQE_LEN);
+        match &self.in_capsule {
+            Some(data) => ([command, data.sge(slot, data.slot_size())], 2),
+            None => ([command, rnic_verbs::Sge::default()], 1),
+        }
+    }
+
+    /// Copies the `length` bytes a capsule of receive `slot` brought into `out` (SQE,
+    /// then in-capsule data), as if they had landed in one buffer.
+    pub fn read_capsule(&self, slot: usize, length: usize, out: &mut Vec<u8>) -> rnic_verbs::Result<()> {
+        let length = length.min(self.capacity());
+        out.resize(length, 0);
+        let command = length.min(SQE_LEN);
+        self.commands.read(slot, &mut out[..command])?;
+        if length > SQE_LEN {
+            if let Some(data) = &self.in_capsule {
+                data.read(slot, &mut out[SQE_LEN..])?;
+            }
+        }
+        Ok(())
     }
 }
 
