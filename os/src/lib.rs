@@ -34,8 +34,8 @@
 //!   must not take the application's process-directed signals;
 //! * `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` ([`thread_cpu_time`]) — a benchmark's CPU
 //!   cost on a machine shared with other work, which `std` does not offer;
-//! * `madvise(MADV_HUGEPAGE)` ([`advise_huge_pages`]) — transparent huge pages for the
-//!   storage crate's RAM disks, read at random.
+//! * `madvise(MADV_HUGEPAGE)` ([`advise_huge_pages`]) — transparent huge pages for large
+//!   registered application buffers and the storage crate's RAM disks, read at random.
 //!
 //! Memory shared with another process is only ever touched through raw pointers
 //! (`copy_nonoverlapping`) or atomics, never through Rust references: the other process
@@ -55,7 +55,7 @@ use std::io;
 
 pub use application::{advise_huge_pages, lock_pages, unlock_pages, ApplicationRange};
 pub use event::{eventfd, take_eventfd, wait_readable};
-pub use memory::{advise_huge_pages, file_seals, host_page_size, memfd_create, MappedRegion, PageSize, Protection};
+pub use memory::{file_seals, host_page_size, memfd_create, MappedRegion, PageSize, Protection};
 pub use pagemap::{PageMap, PagemapEntry, PAGEMAP_PFN_MASK, PAGEMAP_PRESENT, PAGEMAP_SWAPPED};
 pub use process::{
     enter_network_namespace, install_termination_handlers, set_thread_timer_slack, termination_requested,

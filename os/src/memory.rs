@@ -20,25 +20,6 @@ pub fn host_page_size() -> u64 {
     u64::try_from(size).unwrap_or(4096)
 }
 
-/// Asks the kernel to back the whole 2 MiB pages inside `memory` with transparent huge
-/// pages (`madvise(MADV_HUGEPAGE)`), for memory read at random (a RAM disk): one TLB entry
-/// per 2 MiB instead of 512. Advice only: the bytes do not change, and a kernel without
-/// transparent huge pages refuses it (the error says so; the memory works as before).
-/// Pages already faulted in stay as they are; advise before touching them.
-pub fn advise_huge_pages(memory: &mut [u8]) -> io::Result<()> {
-    const HUGE_PAGE: usize = 2 << 20;
-    let start = (memory.as_mut_ptr() as usize).next_multiple_of(HUGE_PAGE);
-    let end = (memory.as_mut_ptr() as usize + memory.len()) / HUGE_PAGE * HUGE_PAGE;
-    if end <= start {
-        return Ok(());
-    }
-    // SAFETY: `start..end` lies inside `memory`, which this call borrows mutably, so
-    // nothing else uses it meanwhile; MADV_HUGEPAGE only changes how the kernel backs
-    // the range, never its contents or its mapping.
-    check(unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) })?;
-    Ok(())
-}
-
 /// Creates an anonymous shared-memory file (memfd) of `size` bytes, zero-filled. With
 /// `seal`, its size is sealed (no shrink, no grow, no further seals), so a process it is
 /// passed to cannot truncate it under our mappings (which would turn our accesses into

@@ -34,7 +34,7 @@ impl RamBackend {
         // Random 4 KiB reads over a large device would miss the TLB on every I/O with
         // 4 KiB pages; huge pages where the kernel has them (SPDK's memory is hugepages
         // too). Without them the device works the same, only slower.
-        if let Err(e) = rnic_os::advise_huge_pages(&mut bytes) {
+        if let Err(e) = rnic_os::advise_huge_pages(bytes.as_ptr() as usize, bytes.len()) {
             tracing::debug!("RAM device of {length} bytes without huge pages: {e}");
         }
         // `vec!` of zeroes is the allocator's zeroed memory, mapped lazily: write one byte
