@@ -36,66 +36,39 @@ use rnic_firmware_if::cqe::Cqe;
 use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::{BtCommand, ContextTable as ContextTableId, MailboxCompletion};
 
-/// The services of the device `$device`, borrowed field by field (so the block being
-/// called, another field, stays free).
+/// The services of the device `$device` (a place: borrow it as a block's `Io`).
 macro_rules! services {
     ($device:ident) => {
-        Services {
-            translation: &mut $device.translations,
-            bus: &mut $device.bus,
-            timing: &mut $device.timing,
-            scheduler: &mut $device.scheduler,
-            diagnostics: &mut $device.diagnostics,
-            probes: &mut $device.probes,
-        }
+        $device.blocks.qp.objects.services
     };
 }
 
-/// What the firmware of the device `$device` is bound to, borrowed field by field.
+/// What the object blocks of the device `$device` are bound to (a place).
+macro_rules! objects {
+    ($device:ident) => {
+        $device.blocks.qp.objects
+    };
+}
+
+/// What the QP block of the device `$device` is bound to (a place).
+macro_rules! qp_wiring {
+    ($device:ident) => {
+        $device.blocks.qp
+    };
+}
+
+/// What the firmware of the device `$device` is bound to, borrowed field by field (the
+/// firmware's wiring also reaches the top's registers, so it is not one place).
 macro_rules! firmware_wiring {
     ($device:ident) => {
         FirmwareWiring {
-            services: services!($device),
-            contexts: &mut $device.contexts,
-            eqs: &mut $device.eqs,
-            cqs: &mut $device.cqs,
-            mpt: &mut $device.mpt,
-            addresses: &mut $device.port,
+            services: &mut $device.blocks.qp.objects.services,
+            contexts: &mut $device.blocks.qp.objects.contexts,
+            eqs: &mut $device.blocks.qp.objects.eqs,
+            cqs: &mut $device.blocks.qp.cqs,
+            mpt: &mut $device.blocks.mpt,
+            addresses: &mut $device.blocks.port,
             registers: &mut $device.registers,
-        }
-    };
-}
-
-/// What the transport of the device `$device` is bound to, borrowed field by field.
-macro_rules! transport_wiring {
-    ($device:ident) => {
-        TransportWiring {
-            qp: qp_wiring!($device),
-            mpt: &mut $device.mpt,
-            qps: &mut $device.qps,
-            port: &$device.port,
-        }
-    };
-}
-
-/// What the QP block of the device `$device` is bound to, borrowed field by field.
-macro_rules! qp_wiring {
-    ($device:ident) => {
-        QpWiring {
-            objects: objects!($device),
-            cqs: &mut $device.cqs,
-            srqs: &mut $device.srqs,
-        }
-    };
-}
-
-/// What the object blocks of the device `$device` are bound to, borrowed field by field.
-macro_rules! objects {
-    ($device:ident) => {
-        Objects {
-            services: services!($device),
-            contexts: &mut $device.contexts,
-            eqs: &mut $device.eqs,
         }
     };
 }
@@ -147,42 +120,22 @@ pub(crate) struct ControlRegisters {
 /// One rnic device (one PCI function).
 pub struct Device {
     pub(crate) config: DeviceConfig,
-    pub(crate) scheduler: Scheduler<Event>,
-    /// Host memory behind the bus-master gate: every DMA access.
-    pub(crate) bus: Bus,
     pub(crate) config_space: ConfigSpace,
     pub(crate) registers: ControlRegisters,
     pub(crate) firmware: Firmware,
-    /// The context tables, their write-back QPC/CQC cache and the recorded QP progress.
-    pub(crate) contexts: Contexts,
-    pub(crate) eqs: EventQueues,
-    /// The RoCEv2 transport engines and the port's transmit and receive pipelines.
-    pub(crate) transport: Transport,
-    /// The port's address tables (GID and source-MAC tables).
-    pub(crate) port: PortAddresses,
-    /// The timing model: parameters, caches, per-stage totals.
-    pub(crate) timing: TimingModel,
     /// The doorbell decoder (BAR2).
     pub(crate) doorbells: Doorbells,
-    pub(crate) diagnostics: DiagnosticLog,
-    /// Memory protection: the MPT cache and the access checks.
-    pub(crate) mpt: MemoryProtection,
-    /// The MTT cache: page translations, forgotten with the MPT cache.
-    pub(crate) translations: TranslationCache,
-    /// Completion queues: CQEs, CQ doorbells, the CQ mailbox commands.
-    pub(crate) cqs: CompletionQueues,
-    /// Shared receive queues.
-    pub(crate) srqs: SharedReceiveQueues,
-    /// The observers of the ports the top routes (the bus has its own).
-    pub(crate) probes: Probes,
-    /// Queue pairs: the state machine, SQ/RQ doorbells, the flush.
-    pub(crate) qps: QueuePairs,
+    /// The RoCEv2 transport engines.
+    pub(crate) transport: Transport,
+    /// Every block below the transport and the services, grouped by what each block is
+    /// wired to (see [`TransportWiring`]): a block's `Io` is then one reference.
+    pub(crate) blocks: TransportWiring,
 }
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
-            .field("now", &self.scheduler.now())
+            .field("now", &self.blocks.qp.objects.services.scheduler.now())
             .field("counters", &self.counters())
             .finish_non_exhaustive()
     }
@@ -212,25 +165,36 @@ impl Device {
         let mut eqs = EventQueues::new(&config.caps, vectors, interrupts);
         eqs.set_msix_control(config_space.msix_enabled(), config_space.msix_function_masked());
         let pages = config.doorbell_pages.max(1) as usize;
-        Self {
-            scheduler: Scheduler::new(),
+        let services = Services {
+            translation: TranslationCache::default(),
             bus,
+            timing: TimingModel::new(config.timing),
+            scheduler: Scheduler::new(),
+            diagnostics: DiagnosticLog::default(),
+            probes: Probes::default(),
+        };
+        let objects = Objects {
+            services,
+            contexts: Contexts::new(&config),
+            eqs,
+        };
+        let qp = QpWiring {
+            objects,
+            cqs: CompletionQueues::new(&config.caps),
+            srqs: SharedReceiveQueues::new(&config.caps),
+        };
+        Self {
             config_space,
             registers: ControlRegisters::default(),
             firmware: Firmware::new(&config),
-            contexts: Contexts::new(&config),
-            eqs,
-            transport: Transport::new(&config.caps),
-            port: PortAddresses::new(config.caps.max_gids as usize, config.mac_address),
-            timing: TimingModel::new(config.timing),
             doorbells: Doorbells::new(pages),
-            diagnostics: DiagnosticLog::default(),
-            mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
-            translations: TranslationCache::default(),
-            cqs: CompletionQueues::new(&config.caps),
-            srqs: SharedReceiveQueues::new(&config.caps),
-            probes: Probes::default(),
-            qps: QueuePairs::new(&config.caps),
+            transport: Transport::new(&config.caps),
+            blocks: TransportWiring {
+                qp,
+                mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
+                qps: QueuePairs::new(&config.caps),
+                port: PortAddresses::new(config.caps.max_gids as usize, config.mac_address),
+            },
             config,
         }
     }
@@ -242,26 +206,38 @@ impl Device {
     /// fork it for each input instead of bringing it up again. Observers stay with the
     /// original.
     pub fn fork(&self, interrupts: Box<dyn InterruptSink>) -> Device {
+        let services = &self.blocks.qp.objects.services;
+        let services = Services {
+            translation: services.translation.clone(),
+            bus: services.bus.fork(),
+            timing: services.timing.clone(),
+            scheduler: services.scheduler.clone(),
+            diagnostics: services.diagnostics.clone(),
+            probes: Probes::default(),
+        };
+        let objects = Objects {
+            services,
+            contexts: self.blocks.qp.objects.contexts.clone(),
+            eqs: self.blocks.qp.objects.eqs.fork(interrupts),
+        };
+        let qp = QpWiring {
+            objects,
+            cqs: self.blocks.qp.cqs.clone(),
+            srqs: self.blocks.qp.srqs.clone(),
+        };
         Device {
             config: self.config.clone(),
-            scheduler: self.scheduler.clone(),
-            bus: self.bus.fork(),
             config_space: self.config_space.clone(),
             registers: self.registers.clone(),
             firmware: self.firmware.clone(),
-            contexts: self.contexts.clone(),
-            eqs: self.eqs.fork(interrupts),
-            transport: self.transport.clone(),
-            port: self.port.clone(),
-            timing: self.timing.clone(),
             doorbells: self.doorbells.clone(),
-            diagnostics: self.diagnostics.clone(),
-            mpt: self.mpt.clone(),
-            translations: self.translations.clone(),
-            cqs: self.cqs.clone(),
-            srqs: self.srqs.clone(),
-            probes: Probes::default(),
-            qps: self.qps.clone(),
+            transport: self.transport.clone(),
+            blocks: TransportWiring {
+                qp,
+                mpt: self.blocks.mpt.clone(),
+                qps: self.blocks.qps.clone(),
+                port: self.blocks.port.clone(),
+            },
         }
     }
 
@@ -271,13 +247,15 @@ impl Device {
     }
 
     /// Current virtual time.
+    #[inline]
     pub fn now(&self) -> Picoseconds {
-        self.scheduler.now()
+        self.blocks.qp.objects.services.scheduler.now()
     }
 
     /// Time of the next pending event, if any.
+    #[inline]
     pub fn next_event_time(&self) -> Option<Picoseconds> {
-        self.scheduler.next_event_time()
+        self.blocks.qp.objects.services.scheduler.next_event_time()
     }
 
     /// Runs every event due at or before `t`, then moves virtual time to `t`.
@@ -285,16 +263,16 @@ impl Device {
     pub fn advance_to(&mut self, t: Picoseconds) {
         // Most calls (the fabric steps every device) find nothing due: only the clock
         // moves, without the call into the event loop.
-        if self.scheduler.next_event_time().is_some_and(|next| next <= t) {
+        if self.blocks.qp.objects.services.scheduler.next_event_time().is_some_and(|next| next <= t) {
             self.run_due_events(t);
         }
-        self.scheduler.advance_to(t);
-        self.bus.set_now(self.scheduler.now());
+        self.blocks.qp.objects.services.scheduler.advance_to(t);
+        self.blocks.qp.objects.services.bus.set_now(self.blocks.qp.objects.services.scheduler.now());
     }
 
     fn run_due_events(&mut self, t: Picoseconds) {
-        while let Some(event) = self.scheduler.pop_due(t) {
-            self.bus.set_now(self.scheduler.now());
+        while let Some(event) = self.blocks.qp.objects.services.scheduler.pop_due(t) {
+            self.blocks.qp.objects.services.bus.set_now(self.blocks.qp.objects.services.scheduler.now());
             self.run_event(event);
         }
     }
@@ -302,7 +280,7 @@ impl Device {
     /// Runs events until none is pending or virtual time would pass `limit`; returns the
     /// time reached.
     pub fn run_until_idle(&mut self, limit: Picoseconds) -> Picoseconds {
-        while let Some(next) = self.scheduler.next_event_time() {
+        while let Some(next) = self.blocks.qp.objects.services.scheduler.next_event_time() {
             if next > limit {
                 break;
             }
@@ -321,28 +299,28 @@ impl Device {
                 self.registers.resetting = false;
             }
             Event::Eq(timer) => {
-                self.eqs.coalesce_timer(&mut services!(self), timer);
+                self.blocks.qp.objects.eqs.coalesce_timer(&mut services!(self), timer);
             }
-            Event::Transport(timer) => self.transport.engine(transport_wiring!(self)).timer(timer),
+            Event::Transport(timer) => self.transport.engine(&mut self.blocks).timer(timer),
         }
     }
 
     /// The timing model: parameters, per-stage totals, cache statistics.
     pub fn timing(&self) -> &TimingModel {
-        &self.timing
+        &self.blocks.qp.objects.services.timing
     }
 
     /// The timing model, to reset its totals.
     pub fn timing_mut(&mut self) -> &mut TimingModel {
-        &mut self.timing
+        &mut self.blocks.qp.objects.services.timing
     }
 
     /// Counters since power-on: the sum of what each block counted.
     pub fn counters(&self) -> Counters {
-        let eq = self.eqs.counters();
-        let cq = self.cqs.counters();
-        let srq = self.srqs.counters();
-        let qp = self.qps.counters();
+        let eq = self.blocks.qp.objects.eqs.counters();
+        let cq = self.blocks.qp.cqs.counters();
+        let srq = self.blocks.qp.srqs.counters();
+        let qp = self.blocks.qps.counters();
         Counters {
             doorbells: eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
             doorbells_dropped: self.doorbells.dropped()
@@ -355,7 +333,7 @@ impl Device {
             cqes: cq.cqes,
             eqes: eq.eqes,
             interrupts: eq.interrupts,
-            dma_errors: self.bus.errors(),
+            dma_errors: self.blocks.qp.objects.services.bus.errors(),
         }
     }
 
@@ -363,30 +341,30 @@ impl Device {
     /// from then on it sees every transaction crossing that port (see [`crate::probe`]).
     pub fn attach_observer(&mut self, port: Port, observer: Option<Box<dyn Observer>>) -> Option<Box<dyn Observer>> {
         match port {
-            Port::Bus => self.bus.probe_mut().attach(observer),
-            port => self.probes.slot(port).attach(observer),
+            Port::Bus => self.blocks.qp.objects.services.bus.probe_mut().attach(observer),
+            port => self.blocks.qp.objects.services.probes.slot(port).attach(observer),
         }
     }
 
     /// The diagnostic log.
     pub fn diagnostics(&self) -> &DiagnosticLog {
-        &self.diagnostics
+        &self.blocks.qp.objects.services.diagnostics
     }
 
     /// The diagnostic log, to set its policy or pass it the owner's time.
     pub fn diagnostics_mut(&mut self) -> &mut DiagnosticLog {
-        &mut self.diagnostics
+        &mut self.blocks.qp.objects.services.diagnostics
     }
 
     /// Takes the kept diagnostics out of the log.
     pub fn take_diagnostics(&mut self) -> Vec<Diagnostic> {
-        self.diagnostics.drain()
+        self.blocks.qp.objects.services.diagnostics.drain()
     }
 
     /// Number of valid objects per context table (QP, MPT, CQ, SRQ), read from host
     /// memory; used by leak tests and `query` tools.
     pub fn context_table_slots_in_use(&self) -> [usize; 4] {
-        self.contexts.slots_in_use()
+        self.blocks.qp.objects.contexts.slots_in_use()
     }
 
     pub(crate) fn diagnose(
@@ -397,8 +375,8 @@ impl Device {
         value: u64,
         expected: impl Into<String>,
     ) {
-        self.diagnostics.record(Diagnostic {
-            time_ps: self.scheduler.now().0,
+        self.blocks.qp.objects.services.diagnostics.record(Diagnostic {
+            time_ps: self.blocks.qp.objects.services.scheduler.now().0,
             source,
             object: object.into(),
             field,
@@ -421,8 +399,8 @@ impl Device {
         // The write may turn bus mastering off: the cached contexts go back first.
         self.drop_context_cache();
         self.config_space.write(offset, data);
-        self.bus.set_master(self.config_space.bus_master_enabled());
-        self.eqs.set_msix_control(
+        self.blocks.qp.objects.services.bus.set_master(self.config_space.bus_master_enabled());
+        self.blocks.qp.objects.eqs.set_msix_control(
             self.config_space.msix_enabled(),
             self.config_space.msix_function_masked(),
         );
@@ -449,7 +427,7 @@ impl Device {
             regs::CONTROL_BAR => self.control_read(offset, data),
             // Doorbells are write-only; their pages read as zero, like hns's.
             regs::DOORBELL_BAR => data.fill(0),
-            regs::MSIX_BAR => self.eqs.read_msix(offset, data),
+            regs::MSIX_BAR => self.blocks.qp.objects.eqs.read_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -475,7 +453,7 @@ impl Device {
         match bar {
             regs::CONTROL_BAR => self.control_write(offset, data),
             regs::DOORBELL_BAR => self.doorbell_page_write(offset, data),
-            regs::MSIX_BAR => self.eqs.write_msix(offset, data),
+            regs::MSIX_BAR => self.blocks.qp.objects.eqs.write_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -549,14 +527,14 @@ impl Device {
             regs::CSQ_PRODUCER_INDEX => self.firmware.command_queue().producer_index,
             regs::CSQ_CONSUMER_INDEX => self.firmware.command_queue().consumer_index,
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
-                self.eqs.read_abnormal(offset)
+                self.blocks.qp.objects.eqs.read_abnormal(offset)
             }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                self.eqs.read_interrupt_enable(eqn)
+                self.blocks.qp.objects.eqs.read_interrupt_enable(eqn)
             }
             _ => {
                 self.diagnose(
@@ -597,14 +575,14 @@ impl Device {
                     .command_queue_register_write(&mut firmware_wiring!(self), offset, value)
             }
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
-                self.eqs.write_abnormal(offset, value)
+                self.blocks.qp.objects.eqs.write_abnormal(offset, value)
             }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                self.eqs.write_interrupt_enable(&mut services!(self), eqn, value);
+                self.blocks.qp.objects.eqs.write_interrupt_enable(&mut services!(self), eqn, value);
             }
             o => {
                 let known = regs::REGISTERS.iter().find(|r| r.offset == o);
@@ -634,22 +612,22 @@ impl Device {
         tracing::info!(target: "rnic::device", "function reset");
         // Host memory keeps the progress the device made before the reset.
         self.drop_context_cache();
-        self.scheduler.clear();
+        self.blocks.qp.objects.services.scheduler.clear();
         self.firmware.reset();
-        self.contexts.clear_tables();
-        self.mpt.forget();
-        self.translations.clear();
-        self.eqs.reset();
+        self.blocks.qp.objects.contexts.clear_tables();
+        self.blocks.mpt.forget();
+        self.blocks.qp.objects.services.translation.clear();
+        self.blocks.qp.objects.eqs.reset();
         self.transport = Transport::new(&self.config.caps);
-        self.port = PortAddresses::new(self.config.caps.max_gids as usize, self.config.mac_address);
-        self.timing = TimingModel::new(self.config.timing);
+        self.blocks.port = PortAddresses::new(self.config.caps.max_gids as usize, self.config.mac_address);
+        self.blocks.qp.objects.services.timing = TimingModel::new(self.config.timing);
         self.registers = ControlRegisters {
             resetting: true,
             ..Default::default()
         };
         self.doorbells.reset();
         let delay = Picoseconds(self.config.timing.reset_ps);
-        self.scheduler.schedule_in(delay, Event::ResetDone);
+        self.blocks.qp.objects.services.scheduler.schedule_in(delay, Event::ResetDone);
     }
 
     /// Doorbell BAR write: the doorbell block decodes it into a request for the block
@@ -658,7 +636,7 @@ impl Device {
         let Some(request) = self.doorbells.write(&mut services!(self), offset, data) else {
             return;
         };
-        self.probes.observe(Port::Doorbell, self.scheduler.now(), || {
+        self.blocks.qp.objects.services.probes.observe(Port::Doorbell, self.blocks.qp.objects.services.scheduler.now(), || {
             let (target, number, value) = match request {
                 DoorbellRequest::QueuePair {
                     qpn,
@@ -700,21 +678,21 @@ impl Device {
     /// Public so that tests and fuzzers can read every QPC and CQC from host memory as the
     /// device sees it without issuing a command (which does this first).
     pub fn write_back_contexts(&mut self) {
-        self.contexts.write_back(&mut self.bus);
+        self.blocks.qp.objects.contexts.write_back(&mut self.blocks.qp.objects.services.bus);
     }
 
     /// Bus address of object `index` of context table `table`, found as the device finds
     /// it (through the table's BT pages, or the address it remembers): for a testbench's
     /// backdoor reads of contexts. None when the object has no slot or the walk fails.
     pub fn context_address(&mut self, table: ContextTableId, index: u32) -> Option<u64> {
-        self.contexts.address(&self.bus, table, index).ok()
+        self.blocks.qp.objects.contexts.address(&self.blocks.qp.objects.services.bus, table, index).ok()
     }
 
     /// Writes the cached contexts back and forgets them with the CQ buffer records that
     /// lean on them.
     fn drop_context_cache(&mut self) {
-        self.contexts.drop_cache(&mut self.bus);
-        self.cqs.forget_buffers();
+        self.blocks.qp.objects.contexts.drop_cache(&mut self.blocks.qp.objects.services.bus);
+        self.blocks.qp.cqs.forget_buffers();
     }
 }
 
@@ -723,17 +701,17 @@ impl Device {
 impl Device {
     /// CREATE_MPT.
     pub(crate) fn create_mpt(&mut self, index: u32, mpt: Mpt) -> Result<(), Rejection> {
-        self.mpt.create(&mut objects!(self), index, mpt)
+        self.blocks.mpt.create(&mut objects!(self), index, mpt)
     }
 
     /// DESTROY_MPT.
     pub(crate) fn destroy_mpt(&mut self, index: u32) -> Result<(), Rejection> {
-        self.mpt.destroy(&mut objects!(self), index)
+        self.blocks.mpt.destroy(&mut objects!(self), index)
     }
 
     /// QUERY_MPT.
     pub(crate) fn query_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
-        self.mpt.query(&mut objects!(self), index)
+        self.blocks.mpt.query(&mut objects!(self), index)
     }
 
     /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in
@@ -748,7 +726,7 @@ impl Device {
         length: u64,
         needed: MrAccess,
     ) -> Result<MrTranslation, MrAccessError> {
-        self.mpt
+        self.blocks.mpt
             .check_access(&mut objects!(self), key, pd, address, length, needed)
     }
 }
@@ -756,124 +734,124 @@ impl Device {
 impl Device {
     /// CREATE_CEQC / CREATE_AEQC.
     pub(crate) fn create_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc) -> Result<(), Rejection> {
-        self.eqs.create(eqn, kind, eqc)
+        self.blocks.qp.objects.eqs.create(eqn, kind, eqc)
     }
 
     /// MODIFY_CEQC / MODIFY_AEQC.
     pub(crate) fn modify_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
-        self.eqs.modify(&mut services!(self), eqn, kind, eqc, mask)
+        self.blocks.qp.objects.eqs.modify(&mut services!(self), eqn, kind, eqc, mask)
     }
 
     /// QUERY_CEQC / QUERY_AEQC.
     pub(crate) fn query_eq(&mut self, eqn: u32, kind: EqKind) -> Result<Eqc, Rejection> {
-        self.eqs.query(eqn, kind)
+        self.blocks.qp.objects.eqs.query(eqn, kind)
     }
 
     /// DESTROY_CEQC / DESTROY_AEQC.
     pub(crate) fn destroy_eq(&mut self, eqn: u32, kind: EqKind) -> Result<(), Rejection> {
-        self.eqs.destroy(eqn, kind)
+        self.blocks.qp.objects.eqs.destroy(eqn, kind)
     }
 
     /// A CEQE for CQ `cqn` on CEQ `ceqn`.
     #[cfg(test)]
     pub(crate) fn post_completion_event(&mut self, ceqn: u32, cqn: u32) {
-        self.eqs.post_completion_event(&mut services!(self), ceqn, cqn);
+        self.blocks.qp.objects.eqs.post_completion_event(&mut services!(self), ceqn, cqn);
     }
 
     /// An AEQE.
     #[cfg(test)]
     pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        self.eqs
+        self.blocks.qp.objects.eqs
             .post_async_event(&mut services!(self), event, sub_type, queue_number);
     }
 
     /// A mailbox-completion AEQE.
     #[cfg(test)]
     pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
-        self.eqs
+        self.blocks.qp.objects.eqs
             .post_mailbox_event(&mut services!(self), token, status, out_param);
     }
 
     /// The EQ doorbell.
     pub(crate) fn eq_doorbell(&mut self, word: u64) {
-        self.eqs.doorbell(&mut services!(self), word);
+        self.blocks.qp.objects.eqs.doorbell(&mut services!(self), word);
     }
 
     /// MSI-X vector of EQ `eqn`.
     #[cfg(test)]
     pub(crate) fn eq_vector(&self, eqn: u32) -> u16 {
-        self.eqs.vector(eqn)
+        self.blocks.qp.objects.eqs.vector(eqn)
     }
 
     /// Number of created EQs (for the device's resource accounting and leak checks).
     pub fn active_eq_count(&self) -> usize {
-        self.eqs.active_count()
+        self.blocks.qp.objects.eqs.active_count()
     }
 }
 
 impl Device {
     /// CREATE_CQC.
     pub(crate) fn create_cq(&mut self, cqn: u32, cqc: Cqc) -> Result<(), Rejection> {
-        self.cqs.create(&mut objects!(self), cqn, cqc)
+        self.blocks.qp.cqs.create(&mut objects!(self), cqn, cqc)
     }
 
     /// MODIFY_CQC.
     pub(crate) fn modify_cq(&mut self, cqn: u32, cqc: Cqc, mask: Cqc) -> Result<(), Rejection> {
-        self.cqs.modify(&mut objects!(self), cqn, cqc, mask)
+        self.blocks.qp.cqs.modify(&mut objects!(self), cqn, cqc, mask)
     }
 
     /// QUERY_CQC.
     pub(crate) fn query_cq(&mut self, cqn: u32) -> Result<Cqc, Rejection> {
-        self.cqs.query(&mut objects!(self), cqn)
+        self.blocks.qp.cqs.query(&mut objects!(self), cqn)
     }
 
     /// DESTROY_CQC.
     pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<(), Rejection> {
-        self.cqs.destroy(&mut objects!(self), cqn)
+        self.blocks.qp.cqs.destroy(&mut objects!(self), cqn)
     }
 
     /// Whether CQ `cqn` exists and is valid.
     #[cfg(test)]
     pub(crate) fn cq_is_valid(&mut self, cqn: u32) -> bool {
-        self.cqs.is_valid(&mut objects!(self), cqn)
+        self.blocks.qp.cqs.is_valid(&mut objects!(self), cqn)
     }
 
     /// A CQ doorbell (set CI, arm).
     pub(crate) fn cq_doorbell(&mut self, cqn: u32, word: u64) {
-        self.cqs.doorbell(&mut objects!(self), cqn, word);
+        self.blocks.qp.cqs.doorbell(&mut objects!(self), cqn, word);
     }
 
     /// A CQE for CQ `cqn`.
     #[cfg(test)]
     pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
-        self.cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
+        self.blocks.qp.cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
     }
 }
 
 impl Device {
     /// CREATE_SRQ.
     pub(crate) fn create_srq(&mut self, srqn: u32, srqc: Srqc) -> Result<(), Rejection> {
-        self.srqs.create(&mut objects!(self), srqn, srqc)
+        self.blocks.qp.srqs.create(&mut objects!(self), srqn, srqc)
     }
 
     /// MODIFY_SRQC.
     pub(crate) fn modify_srq(&mut self, srqn: u32, srqc: Srqc, mask: Srqc) -> Result<(), Rejection> {
-        self.srqs.modify(&mut objects!(self), srqn, srqc, mask)
+        self.blocks.qp.srqs.modify(&mut objects!(self), srqn, srqc, mask)
     }
 
     /// QUERY_SRQC.
     pub(crate) fn query_srq(&mut self, srqn: u32) -> Result<Srqc, Rejection> {
-        self.srqs.query(&mut objects!(self), srqn)
+        self.blocks.qp.srqs.query(&mut objects!(self), srqn)
     }
 
     /// DESTROY_SRQ.
     pub(crate) fn destroy_srq(&mut self, srqn: u32) -> Result<(), Rejection> {
-        self.srqs.destroy(&mut objects!(self), srqn)
+        self.blocks.qp.srqs.destroy(&mut objects!(self), srqn)
     }
 
     /// The SRQ doorbell.
     pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
-        self.srqs.doorbell(&mut objects!(self), srqn, producer_index);
+        self.blocks.qp.srqs.doorbell(&mut objects!(self), srqn, producer_index);
     }
 }
 
@@ -882,21 +860,21 @@ impl Device {
     /// the transition; a move to ERR is then flushed (after the transport dropped its
     /// WQEs, so the flush covers them too).
     pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
-        let transition = self.qps.modify(&mut qp_wiring!(self), qpn, context, mask)?;
-        self.probes
-            .observe(Port::QpState, self.scheduler.now(), || Transaction::QpState {
+        let transition = self.blocks.qps.modify(&mut qp_wiring!(self), qpn, context, mask)?;
+        self.blocks.qp.objects.services.probes
+            .observe(Port::QpState, self.blocks.qp.objects.services.scheduler.now(), || Transaction::QpState {
                 qpn,
                 from: transition.from,
                 to: transition.to,
             });
-        self.transport.engine(transport_wiring!(self)).qp_modified(
+        self.transport.engine(&mut self.blocks).qp_modified(
             qpn,
             transition.from,
             transition.to,
             &transition.qpc,
         );
         if transition.to == QpState::Err {
-            self.qps
+            self.blocks.qps
                 .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
         }
         Ok(())
@@ -904,22 +882,22 @@ impl Device {
 
     /// QUERY_QPC.
     pub(crate) fn query_qp(&mut self, qpn: u32) -> Result<Qpc, Rejection> {
-        self.qps.query(&mut qp_wiring!(self), qpn)
+        self.blocks.qps.query(&mut qp_wiring!(self), qpn)
     }
 
     /// An SQ or RQ doorbell: the QP block checks it; what it moved goes to the transport
     /// (or, for a QP in ERR, is flushed).
     pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
-        match self.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
+        match self.blocks.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
             DoorbellOutcome::Done => {}
-            DoorbellOutcome::Flush { address, qpc } => self.qps.flush(&mut qp_wiring!(self), qpn, address, qpc),
+            DoorbellOutcome::Flush { address, qpc } => self.blocks.qps.flush(&mut qp_wiring!(self), qpn, address, qpc),
             DoorbellOutcome::SendQueue(producer_index) => self
                 .transport
-                .engine(transport_wiring!(self))
+                .engine(&mut self.blocks)
                 .sq_doorbell(qpn, producer_index),
             DoorbellOutcome::ReceiveQueue(producer_index) => self
                 .transport
-                .engine(transport_wiring!(self))
+                .engine(&mut self.blocks)
                 .rq_doorbell(qpn, producer_index),
         }
     }
@@ -934,8 +912,8 @@ impl Device {
             return;
         };
         let result = self.object_command(command);
-        self.probes
-            .observe(Port::Mailbox, self.scheduler.now(), || Transaction::Mailbox {
+        self.blocks.qp.objects.services.probes
+            .observe(Port::Mailbox, self.blocks.qp.objects.services.scheduler.now(), || Transaction::Mailbox {
                 opcode,
                 tag: post.tag(),
                 status: match &result {
@@ -982,8 +960,8 @@ impl Device {
     #[inline]
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         let frame = self.transport.poll_transmit()?;
-        self.probes
-            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameOut(&frame));
+        self.blocks.qp.objects.services.probes
+            .observe(Port::Network, self.blocks.qp.objects.services.scheduler.now(), || Transaction::FrameOut(&frame));
         Some(frame)
     }
 
@@ -991,19 +969,19 @@ impl Device {
     /// process it when it has been through the receive pipeline (at once with zero
     /// receive-side costs, e.g. the `ideal` preset).
     pub fn receive_frame(&mut self, frame: &[u8]) {
-        self.probes
-            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameIn(frame));
-        self.transport.engine(transport_wiring!(self)).receive_frame(frame);
+        self.blocks.qp.objects.services.probes
+            .observe(Port::Network, self.blocks.qp.objects.services.scheduler.now(), || Transaction::FrameIn(frame));
+        self.transport.engine(&mut self.blocks).receive_frame(frame);
     }
 
     /// [`receive_frame`](Self::receive_frame) of a frame in a buffer the device may keep:
     /// a frame that waits for the receive pipeline stays in it (no copy). Returns a buffer
     /// for the caller to reuse: this one, or a spare from the device's pool.
     pub fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
-        self.probes
-            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameIn(&frame));
+        self.blocks.qp.objects.services.probes
+            .observe(Port::Network, self.blocks.qp.objects.services.scheduler.now(), || Transaction::FrameIn(&frame));
         self.transport
-            .engine(transport_wiring!(self))
+            .engine(&mut self.blocks)
             .receive_frame_owned(frame)
     }
 
@@ -1020,46 +998,41 @@ impl Device {
 
     /// The GID table as configured by the driver.
     pub fn gid_table(&self) -> &[Option<GidTableEntry>] {
-        self.port.gids()
+        self.blocks.port.gids()
     }
 
     /// The source-MAC table.
     pub fn smac_table(&self) -> &[Option<[u8; 6]>] {
-        self.port.smacs()
+        self.blocks.port.smacs()
     }
 }
 
 // ---- wiring: each block's Io bound to the blocks and services that serve it -------------------
 //
 // A block's `Io` trait (in its own folder) is everything it may reach; the structs here
-// bind those traits to the blocks below it and to the services. They only borrow: the
-// top builds one for each request it routes.
+// bind those traits to the blocks below it and to the services. They own those blocks,
+// nested by floor (`TransportWiring` holds the QP block's `QpWiring`, which holds the
+// object blocks' `Objects`, which holds the `Services`), so the top hands a block its
+// wiring as one reference: no wiring is built per request, and a block reaches each
+// service through that one reference (the 8-byte WRITE's fixed cost per message,
+// docs/benchmarks.md).
 
 /// The services every block is handed: the MTT, the bus, the timing model, the scheduler
 /// (for the blocks' timers) and diagnostics. The event block needs nothing else.
-struct Services<'a> {
-    translation: &'a mut TranslationCache,
-    bus: &'a mut Bus,
-    timing: &'a mut TimingModel,
-    scheduler: &'a mut Scheduler<Event>,
-    diagnostics: &'a mut DiagnosticLog,
-    /// The observers of the ports the top routes.
-    probes: &'a mut Probes,
+pub(crate) struct Services {
+    /// The MTT cache: page translations, forgotten with the MPT cache.
+    pub(crate) translation: TranslationCache,
+    /// Host memory behind the bus-master gate: every DMA access.
+    pub(crate) bus: Bus,
+    /// The timing model: parameters, caches, per-stage totals.
+    pub(crate) timing: TimingModel,
+    pub(crate) scheduler: Scheduler<Event>,
+    pub(crate) diagnostics: DiagnosticLog,
+    /// The observers of the ports the top routes (the bus has its own).
+    pub(crate) probes: Probes,
 }
 
-impl Services<'_> {
-    /// The same borrows, for a call into a block below.
-    #[inline]
-    fn reborrow(&mut self) -> Services<'_> {
-        Services {
-            translation: self.translation,
-            bus: self.bus,
-            timing: self.timing,
-            scheduler: self.scheduler,
-            diagnostics: self.diagnostics,
-            probes: self.probes,
-        }
-    }
+impl Services {
 
     /// Shows `port`'s transaction to its observer, if it has one.
     #[inline]
@@ -1069,7 +1042,7 @@ impl Services<'_> {
 
     #[inline]
     fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
-        self.translation.translate_on(self.bus, mtr, offset)
+        self.translation.translate_on(&self.bus, mtr, offset)
     }
 
     fn diagnose(&mut self, source: Source, object: String, field: &'static str, value: u64, expected: String) {
@@ -1084,7 +1057,7 @@ impl Services<'_> {
     }
 }
 
-impl crate::doorbell::Io for Services<'_> {
+impl crate::doorbell::Io for Services {
     fn diagnose(
         &mut self,
         source: Source,
@@ -1097,7 +1070,7 @@ impl crate::doorbell::Io for Services<'_> {
     }
 }
 
-impl crate::eq::Io for Services<'_> {
+impl crate::eq::Io for Services {
     #[inline]
     fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
         Services::translate(self, mtr, offset)
@@ -1114,7 +1087,7 @@ impl crate::eq::Io for Services<'_> {
 
     #[inline]
     fn timing(&mut self) -> &mut TimingModel {
-        self.timing
+        &mut self.timing
     }
 
     fn schedule_in(&mut self, delay: Picoseconds, timer: crate::eq::Timer) {
@@ -1128,13 +1101,14 @@ impl crate::eq::Io for Services<'_> {
 
 /// What the object blocks (memory protection, CQs, SRQs) are bound to: the services, the
 /// context block and the event block their events go to.
-struct Objects<'a> {
-    services: Services<'a>,
-    contexts: &'a mut Contexts,
-    eqs: &'a mut EventQueues,
+pub(crate) struct Objects {
+    pub(crate) services: Services,
+    /// The context tables, their write-back QPC/CQC cache and the recorded QP progress.
+    pub(crate) contexts: Contexts,
+    pub(crate) eqs: EventQueues,
 }
 
-impl Objects<'_> {
+impl Objects {
     /// An AEQE request to the event block, shown to the event port's observer.
     fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
         self.services.observe(Port::Event, || Transaction::AsyncEvent {
@@ -1143,39 +1117,32 @@ impl Objects<'_> {
             queue_number,
         });
         self.eqs
-            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
+            .post_async_event(&mut self.services, event, sub_type, queue_number);
     }
 
-    /// The same borrows, for a call into a block below.
-    #[inline]
-    fn reborrow(&mut self) -> Objects<'_> {
-        Objects {
-            services: self.services.reborrow(),
-            contexts: self.contexts,
-            eqs: self.eqs,
-        }
-    }
 }
 
 /// What the QP block is bound to: the object blocks' wiring, and the CQ and SRQ blocks
 /// it asks and feeds.
-struct QpWiring<'a> {
-    objects: Objects<'a>,
-    cqs: &'a mut CompletionQueues,
-    srqs: &'a mut SharedReceiveQueues,
+pub(crate) struct QpWiring {
+    pub(crate) objects: Objects,
+    /// Completion queues: CQEs, CQ doorbells, the CQ mailbox commands.
+    pub(crate) cqs: CompletionQueues,
+    /// Shared receive queues.
+    pub(crate) srqs: SharedReceiveQueues,
 }
 
-impl crate::qp::Io for QpWiring<'_> {
+impl crate::qp::Io for QpWiring {
     #[inline]
     fn read_qpc(&mut self, qpn: u32) -> Result<(Qpc, u64), Rejection> {
         self.objects
             .contexts
-            .read(self.objects.services.bus, ContextTableId::Qpc, qpn)
+            .read(&mut self.objects.services.bus, ContextTableId::Qpc, qpn)
     }
 
     #[inline]
     fn write_qpc(&mut self, address: u64, qpc: &Qpc) -> Result<(), Rejection> {
-        self.objects.contexts.write(self.objects.services.bus, address, qpc)
+        self.objects.contexts.write(&mut self.objects.services.bus, address, qpc)
     }
 
     #[inline]
@@ -1202,11 +1169,11 @@ impl crate::qp::Io for QpWiring<'_> {
     }
 
     fn cq_is_valid(&mut self, cqn: u32) -> bool {
-        self.cqs.is_valid(&mut self.objects.reborrow(), cqn)
+        self.cqs.is_valid(&mut self.objects, cqn)
     }
 
     fn srq_is_valid(&mut self, srqn: u32) -> bool {
-        self.srqs.is_valid(&mut self.objects.reborrow(), srqn)
+        self.srqs.is_valid(&mut self.objects, srqn)
     }
 
     fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
@@ -1222,7 +1189,7 @@ impl crate::qp::Io for QpWiring<'_> {
 /// event block (abnormal interrupt, mailbox events, FUNC_CLEAR), the caches of the CQ and
 /// MPT blocks it forgets, the port's address tables, and the top's FATAL register.
 struct FirmwareWiring<'a> {
-    services: Services<'a>,
+    services: &'a mut Services,
     contexts: &'a mut Contexts,
     eqs: &'a mut EventQueues,
     cqs: &'a mut CompletionQueues,
@@ -1267,14 +1234,14 @@ impl crate::firmware::Io for FirmwareWiring<'_> {
     }
 
     fn forget_caches(&mut self) {
-        self.contexts.forget(self.services.bus);
+        self.contexts.forget(&mut self.services.bus);
         self.cqs.forget_buffers();
         self.mpt.forget();
         self.services.translation.clear();
     }
 
     fn write_back_contexts(&mut self) {
-        self.contexts.write_back(self.services.bus);
+        self.contexts.write_back(&mut self.services.bus);
     }
 
     fn context_slots_in_use(&self) -> usize {
@@ -1297,7 +1264,7 @@ impl crate::firmware::Io for FirmwareWiring<'_> {
         address: u64,
     ) -> Result<Option<u64>, Rejection> {
         self.contexts
-            .base_address_table(self.services.bus, table, command, level, index, address)
+            .base_address_table(&mut self.services.bus, table, command, level, index, address)
     }
 
     fn clear_function(&mut self) {
@@ -1309,7 +1276,7 @@ impl crate::firmware::Io for FirmwareWiring<'_> {
         self.services
             .observe(Port::Event, || Transaction::MailboxEvent { token, status });
         self.eqs
-            .post_mailbox_event(&mut self.services.reborrow(), token, status, out_param);
+            .post_mailbox_event(self.services, token, status, out_param);
     }
 
     fn addresses(&mut self) -> &mut PortAddresses {
@@ -1317,11 +1284,11 @@ impl crate::firmware::Io for FirmwareWiring<'_> {
     }
 }
 
-impl QpWiring<'_> {
+impl QpWiring {
     /// A CQE to the CQ block, shown to the completion port's observer.
     #[inline]
     fn post_cqe_observed(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
-        let result = self.cqs.post_cqe(&mut self.objects.reborrow(), cqn, cqe, solicited);
+        let result = self.cqs.post_cqe(&mut self.objects, cqn, cqe, solicited);
         self.objects.services.observe(Port::Completion, || Transaction::Cqe {
             cqn,
             cqe: &cqe,
@@ -1331,27 +1298,21 @@ impl QpWiring<'_> {
         result
     }
 
-    /// The same borrows, for a call into a block below.
-    #[inline]
-    fn reborrow(&mut self) -> QpWiring<'_> {
-        QpWiring {
-            objects: self.objects.reborrow(),
-            cqs: self.cqs,
-            srqs: self.srqs,
-        }
-    }
 }
 
 /// What the transport is bound to: everything below it (the QP block and what the QP
 /// block is bound to, the memory-protection block).
-struct TransportWiring<'a> {
-    qp: QpWiring<'a>,
-    mpt: &'a mut MemoryProtection,
-    qps: &'a mut QueuePairs,
-    port: &'a PortAddresses,
+pub(crate) struct TransportWiring {
+    pub(crate) qp: QpWiring,
+    /// Memory protection: the MPT cache and the access checks.
+    pub(crate) mpt: MemoryProtection,
+    /// Queue pairs: the state machine, SQ/RQ doorbells, the flush.
+    pub(crate) qps: QueuePairs,
+    /// The port's address tables (GID and source-MAC tables).
+    pub(crate) port: PortAddresses,
 }
 
-impl crate::transport::Io for TransportWiring<'_> {
+impl crate::transport::Io for TransportWiring {
     #[inline]
     fn now(&self) -> Picoseconds {
         self.qp.objects.services.scheduler.now()
@@ -1359,12 +1320,12 @@ impl crate::transport::Io for TransportWiring<'_> {
 
     #[inline]
     fn port(&self) -> &PortAddresses {
-        self.port
+        &self.port
     }
 
     #[inline]
     fn timing(&mut self) -> &mut TimingModel {
-        self.qp.objects.services.timing
+        &mut self.qp.objects.services.timing
     }
 
     #[inline]
@@ -1417,13 +1378,13 @@ impl crate::transport::Io for TransportWiring<'_> {
         buffer: &mut [u8],
     ) -> Result<(), DmaFault> {
         let services = &mut self.qp.objects.services;
-        crate::mtt::read_buffer(services.translation, services.bus, mtr, offset, first_bus, buffer)
+        crate::mtt::read_buffer(&mut services.translation, &mut services.bus, mtr, offset, first_bus, buffer)
     }
 
     #[inline]
     fn write_buffer(&mut self, mtr: &Mtr, offset: u64, first_bus: Option<u64>, data: &[u8]) -> Result<(), DmaFault> {
         let services = &mut self.qp.objects.services;
-        crate::mtt::write_buffer(services.translation, services.bus, mtr, offset, first_bus, data)
+        crate::mtt::write_buffer(&mut services.translation, &mut services.bus, mtr, offset, first_bus, data)
     }
 
     #[inline]
@@ -1442,7 +1403,7 @@ impl crate::transport::Io for TransportWiring<'_> {
     ) -> Result<MrTranslation, MrAccessError> {
         let result = self
             .mpt
-            .check_access(&mut self.qp.objects.reborrow(), key, pd, address, length, needed);
+            .check_access(&mut self.qp.objects, key, pd, address, length, needed);
         self.qp
             .objects
             .services
@@ -1458,7 +1419,7 @@ impl crate::transport::Io for TransportWiring<'_> {
     }
 
     fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
-        let result = self.mpt.invalidate(&mut self.qp.objects.reborrow(), rkey, pd);
+        let result = self.mpt.invalidate(&mut self.qp.objects, rkey, pd);
         self.qp
             .objects
             .services
@@ -1470,7 +1431,7 @@ impl crate::transport::Io for TransportWiring<'_> {
     }
 
     fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
-        let taken = self.qp.srqs.take_wqe(&mut self.qp.objects.reborrow(), srqn);
+        let taken = self.qp.srqs.take_wqe(&mut self.qp.objects, srqn);
         self.qp
             .objects
             .services
@@ -1491,7 +1452,7 @@ impl crate::transport::Io for TransportWiring<'_> {
     }
 
     fn qp_enter_error(&mut self, qpn: u32) -> Option<crate::qp::Transition> {
-        let transition = self.qps.enter_error(&mut self.qp.reborrow(), qpn)?;
+        let transition = self.qps.enter_error(&mut self.qp, qpn)?;
         self.qp
             .objects
             .services
@@ -1504,19 +1465,19 @@ impl crate::transport::Io for TransportWiring<'_> {
     }
 
     fn qp_flush(&mut self, qpn: u32, address: u64, qpc: Qpc) {
-        self.qps.flush(&mut self.qp.reborrow(), qpn, address, qpc);
+        self.qps.flush(&mut self.qp, qpn, address, qpc);
     }
 }
 
-impl crate::mpt::Io for Objects<'_> {
+impl crate::mpt::Io for Objects {
     #[inline]
     fn read_mpt(&mut self, index: u32) -> Result<(Mpt, u64), Rejection> {
-        self.contexts.read(self.services.bus, ContextTableId::Mpt, index)
+        self.contexts.read(&mut self.services.bus, ContextTableId::Mpt, index)
     }
 
     #[inline]
     fn write_mpt(&mut self, address: u64, mpt: &Mpt) -> Result<(), Rejection> {
-        self.contexts.write(self.services.bus, address, mpt)
+        self.contexts.write(&mut self.services.bus, address, mpt)
     }
 
     #[inline]
@@ -1530,10 +1491,10 @@ impl crate::mpt::Io for Objects<'_> {
     }
 }
 
-impl crate::cq::Io for Objects<'_> {
+impl crate::cq::Io for Objects {
     #[inline]
     fn read_cqc(&mut self, cqn: u32) -> Result<(Cqc, u64), Rejection> {
-        self.contexts.read(self.services.bus, ContextTableId::Cqc, cqn)
+        self.contexts.read(&mut self.services.bus, ContextTableId::Cqc, cqn)
     }
 
     #[inline]
@@ -1546,7 +1507,7 @@ impl crate::cq::Io for Objects<'_> {
 
     #[inline]
     fn write_cqc(&mut self, address: u64, cqc: &Cqc) -> Result<(), Rejection> {
-        self.contexts.write(self.services.bus, address, cqc)
+        self.contexts.write(&mut self.services.bus, address, cqc)
     }
 
     #[inline]
@@ -1592,7 +1553,7 @@ impl crate::cq::Io for Objects<'_> {
     fn completion_event(&mut self, ceqn: u32, cqn: u32) {
         self.services
             .observe(Port::Event, || Transaction::CompletionEvent { ceqn, cqn });
-        self.eqs.post_completion_event(&mut self.services.reborrow(), ceqn, cqn);
+        self.eqs.post_completion_event(&mut self.services, ceqn, cqn);
     }
 
     fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
@@ -1600,15 +1561,15 @@ impl crate::cq::Io for Objects<'_> {
     }
 }
 
-impl crate::srq::Io for Objects<'_> {
+impl crate::srq::Io for Objects {
     #[inline]
     fn read_srqc(&mut self, srqn: u32) -> Result<(Srqc, u64), Rejection> {
-        self.contexts.read(self.services.bus, ContextTableId::Srqc, srqn)
+        self.contexts.read(&mut self.services.bus, ContextTableId::Srqc, srqn)
     }
 
     #[inline]
     fn write_srqc(&mut self, address: u64, srqc: &Srqc) -> Result<(), Rejection> {
-        self.contexts.write(self.services.bus, address, srqc)
+        self.contexts.write(&mut self.services.bus, address, srqc)
     }
 
     #[inline]
@@ -1618,7 +1579,7 @@ impl crate::srq::Io for Objects<'_> {
 
     #[inline]
     fn read_buffer(&mut self, mtr: &Mtr, offset: u64, buffer: &mut [u8]) -> Result<(), DmaFault> {
-        crate::mtt::read_buffer(self.services.translation, self.services.bus, mtr, offset, None, buffer)
+        crate::mtt::read_buffer(&mut self.services.translation, &mut self.services.bus, mtr, offset, None, buffer)
     }
 
     fn diagnose(

@@ -157,7 +157,7 @@ pub(crate) enum Timer {
 /// The transport at work on one request or event: its state and its ports.
 pub(crate) struct Engine<'a, I: Io> {
     transport: &'a mut Transport,
-    io: I,
+    io: &'a mut I,
 }
 
 impl<I: Io> Engine<'_, I> {
@@ -382,9 +382,7 @@ impl Transport {
 
     /// The transport at work for one request or event, with its ports bound to `io`.
     #[inline]
-    // The wiring is taken by value: the engine then reaches each service through one
-    // reference instead of two (the wiring is a handful of references, built per event).
-    pub fn engine<I: Io>(&mut self, io: I) -> Engine<'_, I> {
+    pub fn engine<'a, I: Io>(&'a mut self, io: &'a mut I) -> Engine<'a, I> {
         Engine { transport: self, io }
     }
 

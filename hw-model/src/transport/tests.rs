@@ -23,7 +23,7 @@ fn device() -> Device {
         Arc::new(PagedMemory::new()),
         Box::new(RecordingSink::new()),
     );
-    assert!(device.port.set_gid(
+    assert!(device.blocks.port.set_gid(
         0,
         Some(GidTableEntry {
             gid: GID,
