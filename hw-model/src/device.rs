@@ -29,7 +29,7 @@ use crate::qp::{DoorbellOutcome, QueuePairs, WorkQueue};
 use crate::srq::{SharedReceiveQueues, SrqWqe};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
-use crate::transport::{Timer as TransportTimer, Transport, TransportCounters};
+use crate::transport::{Engine, Timer as TransportTimer, Transport, TransportCounters};
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{Cqc, Eqc, Mpt, QpState, Qpc, Srqc};
 use rnic_firmware_if::cqe::Cqe;
@@ -39,21 +39,21 @@ use rnic_firmware_if::mailbox::{BtCommand, ContextTable as ContextTableId, Mailb
 /// The services of the device `$device` (a place: borrow it as a block's `Io`).
 macro_rules! services {
     ($device:ident) => {
-        $device.blocks.qp.objects.services
+        $device.transport.io.qp.objects.services
     };
 }
 
 /// What the object blocks of the device `$device` are bound to (a place).
 macro_rules! objects {
     ($device:ident) => {
-        $device.blocks.qp.objects
+        $device.transport.io.qp.objects
     };
 }
 
 /// What the QP block of the device `$device` is bound to (a place).
 macro_rules! qp_wiring {
     ($device:ident) => {
-        $device.blocks.qp
+        $device.transport.io.qp
     };
 }
 
@@ -62,12 +62,12 @@ macro_rules! qp_wiring {
 macro_rules! firmware_wiring {
     ($device:ident) => {
         FirmwareWiring {
-            services: &mut $device.blocks.qp.objects.services,
-            contexts: &mut $device.blocks.qp.objects.contexts,
-            eqs: &mut $device.blocks.qp.objects.eqs,
-            cqs: &mut $device.blocks.qp.cqs,
-            mpt: &mut $device.blocks.mpt,
-            addresses: &mut $device.blocks.port,
+            services: &mut $device.transport.io.qp.objects.services,
+            contexts: &mut $device.transport.io.qp.objects.contexts,
+            eqs: &mut $device.transport.io.qp.objects.eqs,
+            cqs: &mut $device.transport.io.qp.cqs,
+            mpt: &mut $device.transport.io.mpt,
+            addresses: &mut $device.transport.io.port,
             registers: &mut $device.registers,
         }
     };
@@ -125,17 +125,17 @@ pub struct Device {
     pub(crate) firmware: Firmware,
     /// The doorbell decoder (BAR2).
     pub(crate) doorbells: Doorbells,
-    /// The RoCEv2 transport engines.
-    pub(crate) transport: Transport,
-    /// Every block below the transport and the services, grouped by what each block is
-    /// wired to (see [`TransportWiring`]): a block's `Io` is then one reference.
-    pub(crate) blocks: TransportWiring,
+    /// The RoCEv2 transport engines, bound to their wiring: every block below the
+    /// transport and the services, grouped by what each block is wired to (see
+    /// [`TransportWiring`]), so that a block's `Io` is one reference and the transport's
+    /// state and ports are reached through one.
+    pub(crate) transport: Engine<TransportWiring>,
 }
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
-            .field("now", &self.blocks.qp.objects.services.scheduler.now())
+            .field("now", &self.transport.io.qp.objects.services.scheduler.now())
             .field("counters", &self.counters())
             .finish_non_exhaustive()
     }
@@ -188,13 +188,15 @@ impl Device {
             registers: ControlRegisters::default(),
             firmware: Firmware::new(&config),
             doorbells: Doorbells::new(pages),
-            transport: Transport::new(&config.caps),
-            blocks: TransportWiring {
-                qp,
-                mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
-                qps: QueuePairs::new(&config.caps),
-                port: PortAddresses::new(config.caps.max_gids as usize, config.mac_address),
-            },
+            transport: Engine::new(
+                Transport::new(&config.caps),
+                TransportWiring {
+                    qp,
+                    mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
+                    qps: QueuePairs::new(&config.caps),
+                    port: PortAddresses::new(config.caps.max_gids as usize, config.mac_address),
+                },
+            ),
             config,
         }
     }
@@ -206,7 +208,7 @@ impl Device {
     /// fork it for each input instead of bringing it up again. Observers stay with the
     /// original.
     pub fn fork(&self, interrupts: Box<dyn InterruptSink>) -> Device {
-        let services = &self.blocks.qp.objects.services;
+        let services = &self.transport.io.qp.objects.services;
         let services = Services {
             translation: services.translation.clone(),
             bus: services.bus.fork(),
@@ -217,13 +219,13 @@ impl Device {
         };
         let objects = Objects {
             services,
-            contexts: self.blocks.qp.objects.contexts.clone(),
-            eqs: self.blocks.qp.objects.eqs.fork(interrupts),
+            contexts: self.transport.io.qp.objects.contexts.clone(),
+            eqs: self.transport.io.qp.objects.eqs.fork(interrupts),
         };
         let qp = QpWiring {
             objects,
-            cqs: self.blocks.qp.cqs.clone(),
-            srqs: self.blocks.qp.srqs.clone(),
+            cqs: self.transport.io.qp.cqs.clone(),
+            srqs: self.transport.io.qp.srqs.clone(),
         };
         Device {
             config: self.config.clone(),
@@ -231,13 +233,15 @@ impl Device {
             registers: self.registers.clone(),
             firmware: self.firmware.clone(),
             doorbells: self.doorbells.clone(),
-            transport: self.transport.clone(),
-            blocks: TransportWiring {
-                qp,
-                mpt: self.blocks.mpt.clone(),
-                qps: self.blocks.qps.clone(),
-                port: self.blocks.port.clone(),
-            },
+            transport: Engine::new(
+                self.transport.transport.clone(),
+                TransportWiring {
+                    qp,
+                    mpt: self.transport.io.mpt.clone(),
+                    qps: self.transport.io.qps.clone(),
+                    port: self.transport.io.port.clone(),
+                },
+            ),
         }
     }
 
@@ -249,13 +253,13 @@ impl Device {
     /// Current virtual time.
     #[inline]
     pub fn now(&self) -> Picoseconds {
-        self.blocks.qp.objects.services.scheduler.now()
+        self.transport.io.qp.objects.services.scheduler.now()
     }
 
     /// Time of the next pending event, if any.
     #[inline]
     pub fn next_event_time(&self) -> Option<Picoseconds> {
-        self.blocks.qp.objects.services.scheduler.next_event_time()
+        self.transport.io.qp.objects.services.scheduler.next_event_time()
     }
 
     /// Runs every event due at or before `t`, then moves virtual time to `t`.
@@ -263,16 +267,16 @@ impl Device {
     pub fn advance_to(&mut self, t: Picoseconds) {
         // Most calls (the fabric steps every device) find nothing due: only the clock
         // moves, without the call into the event loop.
-        if self.blocks.qp.objects.services.scheduler.next_event_time().is_some_and(|next| next <= t) {
+        if self.transport.io.qp.objects.services.scheduler.next_event_time().is_some_and(|next| next <= t) {
             self.run_due_events(t);
         }
-        self.blocks.qp.objects.services.scheduler.advance_to(t);
-        self.blocks.qp.objects.services.bus.set_now(self.blocks.qp.objects.services.scheduler.now());
+        self.transport.io.qp.objects.services.scheduler.advance_to(t);
+        self.transport.io.qp.objects.services.bus.set_now(self.transport.io.qp.objects.services.scheduler.now());
     }
 
     fn run_due_events(&mut self, t: Picoseconds) {
-        while let Some(event) = self.blocks.qp.objects.services.scheduler.pop_due(t) {
-            self.blocks.qp.objects.services.bus.set_now(self.blocks.qp.objects.services.scheduler.now());
+        while let Some(event) = self.transport.io.qp.objects.services.scheduler.pop_due(t) {
+            self.transport.io.qp.objects.services.bus.set_now(self.transport.io.qp.objects.services.scheduler.now());
             self.run_event(event);
         }
     }
@@ -280,7 +284,7 @@ impl Device {
     /// Runs events until none is pending or virtual time would pass `limit`; returns the
     /// time reached.
     pub fn run_until_idle(&mut self, limit: Picoseconds) -> Picoseconds {
-        while let Some(next) = self.blocks.qp.objects.services.scheduler.next_event_time() {
+        while let Some(next) = self.transport.io.qp.objects.services.scheduler.next_event_time() {
             if next > limit {
                 break;
             }
@@ -299,28 +303,28 @@ impl Device {
                 self.registers.resetting = false;
             }
             Event::Eq(timer) => {
-                self.blocks.qp.objects.eqs.coalesce_timer(&mut services!(self), timer);
+                self.transport.io.qp.objects.eqs.coalesce_timer(&mut services!(self), timer);
             }
-            Event::Transport(timer) => self.transport.engine(&mut self.blocks).timer(timer),
+            Event::Transport(timer) => self.transport.timer(timer),
         }
     }
 
     /// The timing model: parameters, per-stage totals, cache statistics.
     pub fn timing(&self) -> &TimingModel {
-        &self.blocks.qp.objects.services.timing
+        &self.transport.io.qp.objects.services.timing
     }
 
     /// The timing model, to reset its totals.
     pub fn timing_mut(&mut self) -> &mut TimingModel {
-        &mut self.blocks.qp.objects.services.timing
+        &mut self.transport.io.qp.objects.services.timing
     }
 
     /// Counters since power-on: the sum of what each block counted.
     pub fn counters(&self) -> Counters {
-        let eq = self.blocks.qp.objects.eqs.counters();
-        let cq = self.blocks.qp.cqs.counters();
-        let srq = self.blocks.qp.srqs.counters();
-        let qp = self.blocks.qps.counters();
+        let eq = self.transport.io.qp.objects.eqs.counters();
+        let cq = self.transport.io.qp.cqs.counters();
+        let srq = self.transport.io.qp.srqs.counters();
+        let qp = self.transport.io.qps.counters();
         Counters {
             doorbells: eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
             doorbells_dropped: self.doorbells.dropped()
@@ -333,7 +337,7 @@ impl Device {
             cqes: cq.cqes,
             eqes: eq.eqes,
             interrupts: eq.interrupts,
-            dma_errors: self.blocks.qp.objects.services.bus.errors(),
+            dma_errors: self.transport.io.qp.objects.services.bus.errors(),
         }
     }
 
@@ -341,30 +345,30 @@ impl Device {
     /// from then on it sees every transaction crossing that port (see [`crate::probe`]).
     pub fn attach_observer(&mut self, port: Port, observer: Option<Box<dyn Observer>>) -> Option<Box<dyn Observer>> {
         match port {
-            Port::Bus => self.blocks.qp.objects.services.bus.probe_mut().attach(observer),
-            port => self.blocks.qp.objects.services.probes.slot(port).attach(observer),
+            Port::Bus => self.transport.io.qp.objects.services.bus.probe_mut().attach(observer),
+            port => self.transport.io.qp.objects.services.probes.slot(port).attach(observer),
         }
     }
 
     /// The diagnostic log.
     pub fn diagnostics(&self) -> &DiagnosticLog {
-        &self.blocks.qp.objects.services.diagnostics
+        &self.transport.io.qp.objects.services.diagnostics
     }
 
     /// The diagnostic log, to set its policy or pass it the owner's time.
     pub fn diagnostics_mut(&mut self) -> &mut DiagnosticLog {
-        &mut self.blocks.qp.objects.services.diagnostics
+        &mut self.transport.io.qp.objects.services.diagnostics
     }
 
     /// Takes the kept diagnostics out of the log.
     pub fn take_diagnostics(&mut self) -> Vec<Diagnostic> {
-        self.blocks.qp.objects.services.diagnostics.drain()
+        self.transport.io.qp.objects.services.diagnostics.drain()
     }
 
     /// Number of valid objects per context table (QP, MPT, CQ, SRQ), read from host
     /// memory; used by leak tests and `query` tools.
     pub fn context_table_slots_in_use(&self) -> [usize; 4] {
-        self.blocks.qp.objects.contexts.slots_in_use()
+        self.transport.io.qp.objects.contexts.slots_in_use()
     }
 
     pub(crate) fn diagnose(
@@ -375,8 +379,8 @@ impl Device {
         value: u64,
         expected: impl Into<String>,
     ) {
-        self.blocks.qp.objects.services.diagnostics.record(Diagnostic {
-            time_ps: self.blocks.qp.objects.services.scheduler.now().0,
+        self.transport.io.qp.objects.services.diagnostics.record(Diagnostic {
+            time_ps: self.transport.io.qp.objects.services.scheduler.now().0,
             source,
             object: object.into(),
             field,
@@ -399,8 +403,8 @@ impl Device {
         // The write may turn bus mastering off: the cached contexts go back first.
         self.drop_context_cache();
         self.config_space.write(offset, data);
-        self.blocks.qp.objects.services.bus.set_master(self.config_space.bus_master_enabled());
-        self.blocks.qp.objects.eqs.set_msix_control(
+        self.transport.io.qp.objects.services.bus.set_master(self.config_space.bus_master_enabled());
+        self.transport.io.qp.objects.eqs.set_msix_control(
             self.config_space.msix_enabled(),
             self.config_space.msix_function_masked(),
         );
@@ -427,7 +431,7 @@ impl Device {
             regs::CONTROL_BAR => self.control_read(offset, data),
             // Doorbells are write-only; their pages read as zero, like hns's.
             regs::DOORBELL_BAR => data.fill(0),
-            regs::MSIX_BAR => self.blocks.qp.objects.eqs.read_msix(offset, data),
+            regs::MSIX_BAR => self.transport.io.qp.objects.eqs.read_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -453,7 +457,7 @@ impl Device {
         match bar {
             regs::CONTROL_BAR => self.control_write(offset, data),
             regs::DOORBELL_BAR => self.doorbell_page_write(offset, data),
-            regs::MSIX_BAR => self.blocks.qp.objects.eqs.write_msix(offset, data),
+            regs::MSIX_BAR => self.transport.io.qp.objects.eqs.write_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -527,14 +531,14 @@ impl Device {
             regs::CSQ_PRODUCER_INDEX => self.firmware.command_queue().producer_index,
             regs::CSQ_CONSUMER_INDEX => self.firmware.command_queue().consumer_index,
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
-                self.blocks.qp.objects.eqs.read_abnormal(offset)
+                self.transport.io.qp.objects.eqs.read_abnormal(offset)
             }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                self.blocks.qp.objects.eqs.read_interrupt_enable(eqn)
+                self.transport.io.qp.objects.eqs.read_interrupt_enable(eqn)
             }
             _ => {
                 self.diagnose(
@@ -575,14 +579,14 @@ impl Device {
                     .command_queue_register_write(&mut firmware_wiring!(self), offset, value)
             }
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
-                self.blocks.qp.objects.eqs.write_abnormal(offset, value)
+                self.transport.io.qp.objects.eqs.write_abnormal(offset, value)
             }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                self.blocks.qp.objects.eqs.write_interrupt_enable(&mut services!(self), eqn, value);
+                self.transport.io.qp.objects.eqs.write_interrupt_enable(&mut services!(self), eqn, value);
             }
             o => {
                 let known = regs::REGISTERS.iter().find(|r| r.offset == o);
@@ -612,22 +616,22 @@ impl Device {
         tracing::info!(target: "rnic::device", "function reset");
         // Host memory keeps the progress the device made before the reset.
         self.drop_context_cache();
-        self.blocks.qp.objects.services.scheduler.clear();
+        self.transport.io.qp.objects.services.scheduler.clear();
         self.firmware.reset();
-        self.blocks.qp.objects.contexts.clear_tables();
-        self.blocks.mpt.forget();
-        self.blocks.qp.objects.services.translation.clear();
-        self.blocks.qp.objects.eqs.reset();
-        self.transport = Transport::new(&self.config.caps);
-        self.blocks.port = PortAddresses::new(self.config.caps.max_gids as usize, self.config.mac_address);
-        self.blocks.qp.objects.services.timing = TimingModel::new(self.config.timing);
+        self.transport.io.qp.objects.contexts.clear_tables();
+        self.transport.io.mpt.forget();
+        self.transport.io.qp.objects.services.translation.clear();
+        self.transport.io.qp.objects.eqs.reset();
+        self.transport.transport = Transport::new(&self.config.caps);
+        self.transport.io.port = PortAddresses::new(self.config.caps.max_gids as usize, self.config.mac_address);
+        self.transport.io.qp.objects.services.timing = TimingModel::new(self.config.timing);
         self.registers = ControlRegisters {
             resetting: true,
             ..Default::default()
         };
         self.doorbells.reset();
         let delay = Picoseconds(self.config.timing.reset_ps);
-        self.blocks.qp.objects.services.scheduler.schedule_in(delay, Event::ResetDone);
+        self.transport.io.qp.objects.services.scheduler.schedule_in(delay, Event::ResetDone);
     }
 
     /// Doorbell BAR write: the doorbell block decodes it into a request for the block
@@ -636,7 +640,7 @@ impl Device {
         let Some(request) = self.doorbells.write(&mut services!(self), offset, data) else {
             return;
         };
-        self.blocks.qp.objects.services.probes.observe(Port::Doorbell, self.blocks.qp.objects.services.scheduler.now(), || {
+        self.transport.io.qp.objects.services.probes.observe(Port::Doorbell, self.transport.io.qp.objects.services.scheduler.now(), || {
             let (target, number, value) = match request {
                 DoorbellRequest::QueuePair {
                     qpn,
@@ -678,21 +682,21 @@ impl Device {
     /// Public so that tests and fuzzers can read every QPC and CQC from host memory as the
     /// device sees it without issuing a command (which does this first).
     pub fn write_back_contexts(&mut self) {
-        self.blocks.qp.objects.contexts.write_back(&mut self.blocks.qp.objects.services.bus);
+        self.transport.io.qp.objects.contexts.write_back(&mut self.transport.io.qp.objects.services.bus);
     }
 
     /// Bus address of object `index` of context table `table`, found as the device finds
     /// it (through the table's BT pages, or the address it remembers): for a testbench's
     /// backdoor reads of contexts. None when the object has no slot or the walk fails.
     pub fn context_address(&mut self, table: ContextTableId, index: u32) -> Option<u64> {
-        self.blocks.qp.objects.contexts.address(&self.blocks.qp.objects.services.bus, table, index).ok()
+        self.transport.io.qp.objects.contexts.address(&self.transport.io.qp.objects.services.bus, table, index).ok()
     }
 
     /// Writes the cached contexts back and forgets them with the CQ buffer records that
     /// lean on them.
     fn drop_context_cache(&mut self) {
-        self.blocks.qp.objects.contexts.drop_cache(&mut self.blocks.qp.objects.services.bus);
-        self.blocks.qp.cqs.forget_buffers();
+        self.transport.io.qp.objects.contexts.drop_cache(&mut self.transport.io.qp.objects.services.bus);
+        self.transport.io.qp.cqs.forget_buffers();
     }
 }
 
@@ -701,17 +705,17 @@ impl Device {
 impl Device {
     /// CREATE_MPT.
     pub(crate) fn create_mpt(&mut self, index: u32, mpt: Mpt) -> Result<(), Rejection> {
-        self.blocks.mpt.create(&mut objects!(self), index, mpt)
+        self.transport.io.mpt.create(&mut objects!(self), index, mpt)
     }
 
     /// DESTROY_MPT.
     pub(crate) fn destroy_mpt(&mut self, index: u32) -> Result<(), Rejection> {
-        self.blocks.mpt.destroy(&mut objects!(self), index)
+        self.transport.io.mpt.destroy(&mut objects!(self), index)
     }
 
     /// QUERY_MPT.
     pub(crate) fn query_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
-        self.blocks.mpt.query(&mut objects!(self), index)
+        self.transport.io.mpt.query(&mut objects!(self), index)
     }
 
     /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in
@@ -726,7 +730,7 @@ impl Device {
         length: u64,
         needed: MrAccess,
     ) -> Result<MrTranslation, MrAccessError> {
-        self.blocks.mpt
+        self.transport.io.mpt
             .check_access(&mut objects!(self), key, pd, address, length, needed)
     }
 }
@@ -734,124 +738,124 @@ impl Device {
 impl Device {
     /// CREATE_CEQC / CREATE_AEQC.
     pub(crate) fn create_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc) -> Result<(), Rejection> {
-        self.blocks.qp.objects.eqs.create(eqn, kind, eqc)
+        self.transport.io.qp.objects.eqs.create(eqn, kind, eqc)
     }
 
     /// MODIFY_CEQC / MODIFY_AEQC.
     pub(crate) fn modify_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
-        self.blocks.qp.objects.eqs.modify(&mut services!(self), eqn, kind, eqc, mask)
+        self.transport.io.qp.objects.eqs.modify(&mut services!(self), eqn, kind, eqc, mask)
     }
 
     /// QUERY_CEQC / QUERY_AEQC.
     pub(crate) fn query_eq(&mut self, eqn: u32, kind: EqKind) -> Result<Eqc, Rejection> {
-        self.blocks.qp.objects.eqs.query(eqn, kind)
+        self.transport.io.qp.objects.eqs.query(eqn, kind)
     }
 
     /// DESTROY_CEQC / DESTROY_AEQC.
     pub(crate) fn destroy_eq(&mut self, eqn: u32, kind: EqKind) -> Result<(), Rejection> {
-        self.blocks.qp.objects.eqs.destroy(eqn, kind)
+        self.transport.io.qp.objects.eqs.destroy(eqn, kind)
     }
 
     /// A CEQE for CQ `cqn` on CEQ `ceqn`.
     #[cfg(test)]
     pub(crate) fn post_completion_event(&mut self, ceqn: u32, cqn: u32) {
-        self.blocks.qp.objects.eqs.post_completion_event(&mut services!(self), ceqn, cqn);
+        self.transport.io.qp.objects.eqs.post_completion_event(&mut services!(self), ceqn, cqn);
     }
 
     /// An AEQE.
     #[cfg(test)]
     pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        self.blocks.qp.objects.eqs
+        self.transport.io.qp.objects.eqs
             .post_async_event(&mut services!(self), event, sub_type, queue_number);
     }
 
     /// A mailbox-completion AEQE.
     #[cfg(test)]
     pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
-        self.blocks.qp.objects.eqs
+        self.transport.io.qp.objects.eqs
             .post_mailbox_event(&mut services!(self), token, status, out_param);
     }
 
     /// The EQ doorbell.
     pub(crate) fn eq_doorbell(&mut self, word: u64) {
-        self.blocks.qp.objects.eqs.doorbell(&mut services!(self), word);
+        self.transport.io.qp.objects.eqs.doorbell(&mut services!(self), word);
     }
 
     /// MSI-X vector of EQ `eqn`.
     #[cfg(test)]
     pub(crate) fn eq_vector(&self, eqn: u32) -> u16 {
-        self.blocks.qp.objects.eqs.vector(eqn)
+        self.transport.io.qp.objects.eqs.vector(eqn)
     }
 
     /// Number of created EQs (for the device's resource accounting and leak checks).
     pub fn active_eq_count(&self) -> usize {
-        self.blocks.qp.objects.eqs.active_count()
+        self.transport.io.qp.objects.eqs.active_count()
     }
 }
 
 impl Device {
     /// CREATE_CQC.
     pub(crate) fn create_cq(&mut self, cqn: u32, cqc: Cqc) -> Result<(), Rejection> {
-        self.blocks.qp.cqs.create(&mut objects!(self), cqn, cqc)
+        self.transport.io.qp.cqs.create(&mut objects!(self), cqn, cqc)
     }
 
     /// MODIFY_CQC.
     pub(crate) fn modify_cq(&mut self, cqn: u32, cqc: Cqc, mask: Cqc) -> Result<(), Rejection> {
-        self.blocks.qp.cqs.modify(&mut objects!(self), cqn, cqc, mask)
+        self.transport.io.qp.cqs.modify(&mut objects!(self), cqn, cqc, mask)
     }
 
     /// QUERY_CQC.
     pub(crate) fn query_cq(&mut self, cqn: u32) -> Result<Cqc, Rejection> {
-        self.blocks.qp.cqs.query(&mut objects!(self), cqn)
+        self.transport.io.qp.cqs.query(&mut objects!(self), cqn)
     }
 
     /// DESTROY_CQC.
     pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<(), Rejection> {
-        self.blocks.qp.cqs.destroy(&mut objects!(self), cqn)
+        self.transport.io.qp.cqs.destroy(&mut objects!(self), cqn)
     }
 
     /// Whether CQ `cqn` exists and is valid.
     #[cfg(test)]
     pub(crate) fn cq_is_valid(&mut self, cqn: u32) -> bool {
-        self.blocks.qp.cqs.is_valid(&mut objects!(self), cqn)
+        self.transport.io.qp.cqs.is_valid(&mut objects!(self), cqn)
     }
 
     /// A CQ doorbell (set CI, arm).
     pub(crate) fn cq_doorbell(&mut self, cqn: u32, word: u64) {
-        self.blocks.qp.cqs.doorbell(&mut objects!(self), cqn, word);
+        self.transport.io.qp.cqs.doorbell(&mut objects!(self), cqn, word);
     }
 
     /// A CQE for CQ `cqn`.
     #[cfg(test)]
     pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
-        self.blocks.qp.cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
+        self.transport.io.qp.cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
     }
 }
 
 impl Device {
     /// CREATE_SRQ.
     pub(crate) fn create_srq(&mut self, srqn: u32, srqc: Srqc) -> Result<(), Rejection> {
-        self.blocks.qp.srqs.create(&mut objects!(self), srqn, srqc)
+        self.transport.io.qp.srqs.create(&mut objects!(self), srqn, srqc)
     }
 
     /// MODIFY_SRQC.
     pub(crate) fn modify_srq(&mut self, srqn: u32, srqc: Srqc, mask: Srqc) -> Result<(), Rejection> {
-        self.blocks.qp.srqs.modify(&mut objects!(self), srqn, srqc, mask)
+        self.transport.io.qp.srqs.modify(&mut objects!(self), srqn, srqc, mask)
     }
 
     /// QUERY_SRQC.
     pub(crate) fn query_srq(&mut self, srqn: u32) -> Result<Srqc, Rejection> {
-        self.blocks.qp.srqs.query(&mut objects!(self), srqn)
+        self.transport.io.qp.srqs.query(&mut objects!(self), srqn)
     }
 
     /// DESTROY_SRQ.
     pub(crate) fn destroy_srq(&mut self, srqn: u32) -> Result<(), Rejection> {
-        self.blocks.qp.srqs.destroy(&mut objects!(self), srqn)
+        self.transport.io.qp.srqs.destroy(&mut objects!(self), srqn)
     }
 
     /// The SRQ doorbell.
     pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
-        self.blocks.qp.srqs.doorbell(&mut objects!(self), srqn, producer_index);
+        self.transport.io.qp.srqs.doorbell(&mut objects!(self), srqn, producer_index);
     }
 }
 
@@ -860,21 +864,21 @@ impl Device {
     /// the transition; a move to ERR is then flushed (after the transport dropped its
     /// WQEs, so the flush covers them too).
     pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
-        let transition = self.blocks.qps.modify(&mut qp_wiring!(self), qpn, context, mask)?;
-        self.blocks.qp.objects.services.probes
-            .observe(Port::QpState, self.blocks.qp.objects.services.scheduler.now(), || Transaction::QpState {
+        let transition = self.transport.io.qps.modify(&mut qp_wiring!(self), qpn, context, mask)?;
+        self.transport.io.qp.objects.services.probes
+            .observe(Port::QpState, self.transport.io.qp.objects.services.scheduler.now(), || Transaction::QpState {
                 qpn,
                 from: transition.from,
                 to: transition.to,
             });
-        self.transport.engine(&mut self.blocks).qp_modified(
+        self.transport.qp_modified(
             qpn,
             transition.from,
             transition.to,
             &transition.qpc,
         );
         if transition.to == QpState::Err {
-            self.blocks.qps
+            self.transport.io.qps
                 .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
         }
         Ok(())
@@ -882,23 +886,17 @@ impl Device {
 
     /// QUERY_QPC.
     pub(crate) fn query_qp(&mut self, qpn: u32) -> Result<Qpc, Rejection> {
-        self.blocks.qps.query(&mut qp_wiring!(self), qpn)
+        self.transport.io.qps.query(&mut qp_wiring!(self), qpn)
     }
 
     /// An SQ or RQ doorbell: the QP block checks it; what it moved goes to the transport
     /// (or, for a QP in ERR, is flushed).
     pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
-        match self.blocks.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
+        match self.transport.io.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
             DoorbellOutcome::Done => {}
-            DoorbellOutcome::Flush { address, qpc } => self.blocks.qps.flush(&mut qp_wiring!(self), qpn, address, qpc),
-            DoorbellOutcome::SendQueue(producer_index) => self
-                .transport
-                .engine(&mut self.blocks)
-                .sq_doorbell(qpn, producer_index),
-            DoorbellOutcome::ReceiveQueue(producer_index) => self
-                .transport
-                .engine(&mut self.blocks)
-                .rq_doorbell(qpn, producer_index),
+            DoorbellOutcome::Flush { address, qpc } => self.transport.io.qps.flush(&mut qp_wiring!(self), qpn, address, qpc),
+            DoorbellOutcome::SendQueue(producer_index) => self.transport.sq_doorbell(qpn, producer_index),
+            DoorbellOutcome::ReceiveQueue(producer_index) => self.transport.rq_doorbell(qpn, producer_index),
         }
     }
 }
@@ -912,8 +910,8 @@ impl Device {
             return;
         };
         let result = self.object_command(command);
-        self.blocks.qp.objects.services.probes
-            .observe(Port::Mailbox, self.blocks.qp.objects.services.scheduler.now(), || Transaction::Mailbox {
+        self.transport.io.qp.objects.services.probes
+            .observe(Port::Mailbox, self.transport.io.qp.objects.services.scheduler.now(), || Transaction::Mailbox {
                 opcode,
                 tag: post.tag(),
                 status: match &result {
@@ -959,9 +957,9 @@ impl Device {
     /// The next Ethernet frame (without FCS) the device has transmitted, if any.
     #[inline]
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        let frame = self.transport.poll_transmit()?;
-        self.blocks.qp.objects.services.probes
-            .observe(Port::Network, self.blocks.qp.objects.services.scheduler.now(), || Transaction::FrameOut(&frame));
+        let frame = self.transport.transport.poll_transmit()?;
+        self.transport.io.qp.objects.services.probes
+            .observe(Port::Network, self.transport.io.qp.objects.services.scheduler.now(), || Transaction::FrameOut(&frame));
         Some(frame)
     }
 
@@ -969,41 +967,39 @@ impl Device {
     /// process it when it has been through the receive pipeline (at once with zero
     /// receive-side costs, e.g. the `ideal` preset).
     pub fn receive_frame(&mut self, frame: &[u8]) {
-        self.blocks.qp.objects.services.probes
-            .observe(Port::Network, self.blocks.qp.objects.services.scheduler.now(), || Transaction::FrameIn(frame));
-        self.transport.engine(&mut self.blocks).receive_frame(frame);
+        self.transport.io.qp.objects.services.probes
+            .observe(Port::Network, self.transport.io.qp.objects.services.scheduler.now(), || Transaction::FrameIn(frame));
+        self.transport.receive_frame(frame);
     }
 
     /// [`receive_frame`](Self::receive_frame) of a frame in a buffer the device may keep:
     /// a frame that waits for the receive pipeline stays in it (no copy). Returns a buffer
     /// for the caller to reuse: this one, or a spare from the device's pool.
     pub fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
-        self.blocks.qp.objects.services.probes
-            .observe(Port::Network, self.blocks.qp.objects.services.scheduler.now(), || Transaction::FrameIn(&frame));
-        self.transport
-            .engine(&mut self.blocks)
-            .receive_frame_owned(frame)
+        self.transport.io.qp.objects.services.probes
+            .observe(Port::Network, self.transport.io.qp.objects.services.scheduler.now(), || Transaction::FrameIn(&frame));
+        self.transport.receive_frame_owned(frame)
     }
 
     /// Returns a buffer obtained from [`Device::poll_transmit`] for reuse, so the data
     /// path does not allocate per packet.
     pub fn recycle_frame(&mut self, buffer: Vec<u8>) {
-        self.transport.recycle_frame(buffer);
+        self.transport.transport.recycle_frame(buffer);
     }
 
     /// What the transport counted.
     pub fn transport_counters(&self) -> TransportCounters {
-        self.transport.counters()
+        self.transport.transport.counters()
     }
 
     /// The GID table as configured by the driver.
     pub fn gid_table(&self) -> &[Option<GidTableEntry>] {
-        self.blocks.port.gids()
+        self.transport.io.port.gids()
     }
 
     /// The source-MAC table.
     pub fn smac_table(&self) -> &[Option<[u8; 6]>] {
-        self.blocks.port.smacs()
+        self.transport.io.port.smacs()
     }
 }
 

@@ -154,13 +154,23 @@ pub(crate) enum Timer {
     },
 }
 
-/// The transport at work on one request or event: its state and its ports.
-pub(crate) struct Engine<'a, I: Io> {
-    transport: &'a mut Transport,
-    io: &'a mut I,
+/// The transport bound to its ports: its state and what its [`Io`] reaches. The top owns
+/// one, its `Io` being the blocks below the transport (owned there too), so that the
+/// engines reach their own state and every port through one reference, as they did when
+/// the transport was part of one device struct (the 8-byte WRITE's cost per message).
+pub(crate) struct Engine<I: Io> {
+    /// The transport's own state.
+    pub(crate) transport: Transport,
+    /// What the transport may reach.
+    pub(crate) io: I,
 }
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
+    /// The transport `transport` with its ports bound to `io`.
+    pub fn new(transport: Transport, io: I) -> Self {
+        Self { transport, io }
+    }
+
     #[inline]
     fn now(&self) -> Picoseconds {
         self.io.now()
@@ -380,11 +390,6 @@ impl Transport {
         id
     }
 
-    /// The transport at work for one request or event, with its ports bound to `io`.
-    #[inline]
-    pub fn engine<'a, I: Io>(&'a mut self, io: &'a mut I) -> Engine<'a, I> {
-        Engine { transport: self, io }
-    }
 
     /// The next Ethernet frame (without FCS) the device has transmitted, if any.
     #[inline]
@@ -433,7 +438,7 @@ impl Transport {
 
 // ---- the port -------------------------------------------------------------------------
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// Delivers an Ethernet frame (without FCS) to the device's port now. The engines
     /// process it when it has been through the receive pipeline (at once with zero
     /// receive-side costs, e.g. the `ideal` preset).
@@ -878,7 +883,7 @@ pub(crate) fn mac_value(mac: &[u8; 6]) -> u64 {
 
 // ---- hooks from the QP engine ------------------------------------------------------------
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// MODIFY_QPC wrote `qpc` (state `to`) for QP `qpn`: create, refresh or drop the
     /// transport state. Called before the flush of a move to ERR.
     pub(crate) fn qp_modified(&mut self, qpn: u32, from: QpState, to: QpState, qpc: &Qpc) {
@@ -961,7 +966,7 @@ impl<I: Io> Engine<'_, I> {
 
 // ---- completions, write-back and errors shared by the engines ------------------------------
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// Writes the send-side CQE for `wqe` if it completes visibly: always on error, else
     /// when signaled or the QP signals every WQE.
     pub(crate) fn complete_send(&mut self, qpn: u32, wqe: &FailedWqe) {

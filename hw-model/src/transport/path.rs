@@ -103,7 +103,7 @@ pub(crate) fn gid_of_ipv4(ip: [u8; 4]) -> [u8; 16] {
     gid
 }
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// The Ethernet/IP/UDP part of a packet on `path` from QP `local_qpn` to
     /// `remote_qpn`; the caller fills BTH and extension headers.
     // Inlined into its two callers (one per packet built): the large repr is then built

@@ -63,7 +63,7 @@ pub(crate) fn bth(opcode: u8, destination_qp: u32, psn: u32) -> BthRepr {
     }
 }
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// Builds QP `qpn`'s next request packet, or None when it has nothing it may send.
     pub(crate) fn requester_next_packet(&mut self, qpn: u32) -> Option<Vec<u8>> {
         loop {

@@ -107,7 +107,7 @@ fn remote_fault(error: TransferError) -> Fault {
     }
 }
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     // ---- RC ------------------------------------------------------------------------
 
     /// An RC request packet for QP `qpn`.

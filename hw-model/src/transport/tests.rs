@@ -23,7 +23,7 @@ fn device() -> Device {
         Arc::new(PagedMemory::new()),
         Box::new(RecordingSink::new()),
     );
-    assert!(device.blocks.port.set_gid(
+    assert!(device.transport.io.port.set_gid(
         0,
         Some(GidTableEntry {
             gid: GID,
@@ -126,8 +126,8 @@ fn recycled_buffers_are_reused_and_the_pool_is_bounded() {
     for _ in 0..POOL_LIMIT + 10 {
         device.recycle_frame(Vec::with_capacity(64));
     }
-    assert_eq!(device.transport.pool.len(), POOL_LIMIT);
-    let buffer = device.transport.take_buffer();
+    assert_eq!(device.transport.transport.pool.len(), POOL_LIMIT);
+    let buffer = device.transport.transport.take_buffer();
     assert!(buffer.is_empty() && buffer.capacity() >= 64);
 }
 
