@@ -23,7 +23,7 @@ use crate::memory::{HostMemory, MemoryError};
 use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
 use crate::mtt::{DmaFault, Mtr, MttError, TranslationCache};
 use crate::pci::{BarDescriptor, ConfigSpace};
-use crate::port::PortAddresses;
+use crate::port::{Port as NetworkPort, PortAddresses};
 use crate::probe::{DoorbellTarget, Observer, Port, Probes, Transaction};
 use crate::qp::{DoorbellOutcome, QueuePairs, WorkQueue};
 use crate::srq::{SharedReceiveQueues, SrqWqe};
@@ -67,7 +67,7 @@ macro_rules! firmware_wiring {
             eqs: &mut $device.transport.io.qp.objects.eqs,
             cqs: &mut $device.transport.io.qp.cqs,
             mpt: &mut $device.transport.io.mpt,
-            addresses: &mut $device.transport.io.port,
+            port: &mut $device.transport.io.port,
             registers: &mut $device.registers,
         }
     };
@@ -194,7 +194,7 @@ impl Device {
                     qp,
                     mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
                     qps: QueuePairs::new(&config.caps),
-                    port: PortAddresses::new(config.caps.max_gids as usize, config.mac_address),
+                    port: NetworkPort::new(config.caps.max_gids as usize, config.mac_address),
                 },
             ),
             config,
@@ -623,7 +623,7 @@ impl Device {
         self.transport.io.qp.objects.services.translation.clear();
         self.transport.io.qp.objects.eqs.reset();
         self.transport.transport = Transport::new(&self.config.caps);
-        self.transport.io.port = PortAddresses::new(self.config.caps.max_gids as usize, self.config.mac_address);
+        self.transport.io.port = NetworkPort::new(self.config.caps.max_gids as usize, self.config.mac_address);
         self.transport.io.qp.objects.services.timing = TimingModel::new(self.config.timing);
         self.registers = ControlRegisters {
             resetting: true,
@@ -957,7 +957,7 @@ impl Device {
     /// The next Ethernet frame (without FCS) the device has transmitted, if any.
     #[inline]
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        let frame = self.transport.transport.poll_transmit()?;
+        let frame = self.transport.io.port.poll_transmit()?;
         self.transport.io.qp.objects.services.probes
             .observe(Port::Network, self.transport.io.qp.objects.services.scheduler.now(), || Transaction::FrameOut(&frame));
         Some(frame)
@@ -984,22 +984,29 @@ impl Device {
     /// Returns a buffer obtained from [`Device::poll_transmit`] for reuse, so the data
     /// path does not allocate per packet.
     pub fn recycle_frame(&mut self, buffer: Vec<u8>) {
-        self.transport.transport.recycle_frame(buffer);
+        self.transport.io.port.recycle_frame(buffer);
     }
 
     /// What the transport counted.
     pub fn transport_counters(&self) -> TransportCounters {
-        self.transport.transport.counters()
+        let port = self.transport.io.port.counters();
+        TransportCounters {
+            frames_transmitted: port.frames_transmitted,
+            frames_received: port.frames_received,
+            loopback_frames: port.loopback_frames,
+            transmit_overflows: port.transmit_overflows,
+            ..self.transport.transport.counters()
+        }
     }
 
     /// The GID table as configured by the driver.
     pub fn gid_table(&self) -> &[Option<GidTableEntry>] {
-        self.transport.io.port.gids()
+        self.transport.io.port.addresses().gids()
     }
 
     /// The source-MAC table.
     pub fn smac_table(&self) -> &[Option<[u8; 6]>] {
-        self.transport.io.port.smacs()
+        self.transport.io.port.addresses().smacs()
     }
 }
 
@@ -1190,7 +1197,7 @@ struct FirmwareWiring<'a> {
     eqs: &'a mut EventQueues,
     cqs: &'a mut CompletionQueues,
     mpt: &'a mut MemoryProtection,
-    addresses: &'a mut PortAddresses,
+    port: &'a mut NetworkPort,
     registers: &'a mut ControlRegisters,
 }
 
@@ -1276,7 +1283,7 @@ impl crate::firmware::Io for FirmwareWiring<'_> {
     }
 
     fn addresses(&mut self) -> &mut PortAddresses {
-        self.addresses
+        self.port.addresses_mut()
     }
 }
 
@@ -1304,8 +1311,8 @@ pub(crate) struct TransportWiring {
     pub(crate) mpt: MemoryProtection,
     /// Queue pairs: the state machine, SQ/RQ doorbells, the flush.
     pub(crate) qps: QueuePairs,
-    /// The port's address tables (GID and source-MAC tables).
-    pub(crate) port: PortAddresses,
+    /// The port: address tables, transmit and receive pipelines, frame buffers.
+    pub(crate) port: NetworkPort,
 }
 
 impl crate::transport::Io for TransportWiring {
@@ -1315,8 +1322,8 @@ impl crate::transport::Io for TransportWiring {
     }
 
     #[inline]
-    fn port(&self) -> &PortAddresses {
-        &self.port
+    fn port(&mut self) -> &mut NetworkPort {
+        &mut self.port
     }
 
     #[inline]
