@@ -135,7 +135,7 @@ pub struct Device {
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
-            .field("now", &self.transport.io.qp.objects.services.scheduler.now())
+            .field("now", &services!(self).scheduler.now())
             .field("counters", &self.counters())
             .finish_non_exhaustive()
     }
@@ -208,7 +208,7 @@ impl Device {
     /// fork it for each input instead of bringing it up again. Observers stay with the
     /// original.
     pub fn fork(&self, interrupts: Box<dyn InterruptSink>) -> Device {
-        let services = &self.transport.io.qp.objects.services;
+        let services = &objects!(self).services;
         let services = Services {
             translation: services.translation.clone(),
             bus: services.bus.fork(),
@@ -219,13 +219,13 @@ impl Device {
         };
         let objects = Objects {
             services,
-            contexts: self.transport.io.qp.objects.contexts.clone(),
-            eqs: self.transport.io.qp.objects.eqs.fork(interrupts),
+            contexts: objects!(self).contexts.clone(),
+            eqs: objects!(self).eqs.fork(interrupts),
         };
         let qp = QpWiring {
             objects,
-            cqs: self.transport.io.qp.cqs.clone(),
-            srqs: self.transport.io.qp.srqs.clone(),
+            cqs: qp_wiring!(self).cqs.clone(),
+            srqs: qp_wiring!(self).srqs.clone(),
         };
         Device {
             config: self.config.clone(),
@@ -253,13 +253,13 @@ impl Device {
     /// Current virtual time.
     #[inline]
     pub fn now(&self) -> Picoseconds {
-        self.transport.io.qp.objects.services.scheduler.now()
+        services!(self).scheduler.now()
     }
 
     /// Time of the next pending event, if any.
     #[inline]
     pub fn next_event_time(&self) -> Option<Picoseconds> {
-        self.transport.io.qp.objects.services.scheduler.next_event_time()
+        services!(self).scheduler.next_event_time()
     }
 
     /// Runs every event due at or before `t`, then moves virtual time to `t`.
@@ -267,16 +267,20 @@ impl Device {
     pub fn advance_to(&mut self, t: Picoseconds) {
         // Most calls (the fabric steps every device) find nothing due: only the clock
         // moves, without the call into the event loop.
-        if self.transport.io.qp.objects.services.scheduler.next_event_time().is_some_and(|next| next <= t) {
+        if services!(self)
+            .scheduler
+            .next_event_time()
+            .is_some_and(|next| next <= t)
+        {
             self.run_due_events(t);
         }
-        self.transport.io.qp.objects.services.scheduler.advance_to(t);
-        self.transport.io.qp.objects.services.bus.set_now(self.transport.io.qp.objects.services.scheduler.now());
+        services!(self).scheduler.advance_to(t);
+        services!(self).bus.set_now(services!(self).scheduler.now());
     }
 
     fn run_due_events(&mut self, t: Picoseconds) {
-        while let Some(event) = self.transport.io.qp.objects.services.scheduler.pop_due(t) {
-            self.transport.io.qp.objects.services.bus.set_now(self.transport.io.qp.objects.services.scheduler.now());
+        while let Some(event) = services!(self).scheduler.pop_due(t) {
+            services!(self).bus.set_now(services!(self).scheduler.now());
             self.run_event(event);
         }
     }
@@ -284,7 +288,7 @@ impl Device {
     /// Runs events until none is pending or virtual time would pass `limit`; returns the
     /// time reached.
     pub fn run_until_idle(&mut self, limit: Picoseconds) -> Picoseconds {
-        while let Some(next) = self.transport.io.qp.objects.services.scheduler.next_event_time() {
+        while let Some(next) = services!(self).scheduler.next_event_time() {
             if next > limit {
                 break;
             }
@@ -303,7 +307,7 @@ impl Device {
                 self.registers.resetting = false;
             }
             Event::Eq(timer) => {
-                self.transport.io.qp.objects.eqs.coalesce_timer(&mut services!(self), timer);
+                objects!(self).eqs.coalesce_timer(&mut services!(self), timer);
             }
             Event::Transport(timer) => self.transport.timer(timer),
         }
@@ -311,19 +315,19 @@ impl Device {
 
     /// The timing model: parameters, per-stage totals, cache statistics.
     pub fn timing(&self) -> &TimingModel {
-        &self.transport.io.qp.objects.services.timing
+        &services!(self).timing
     }
 
     /// The timing model, to reset its totals.
     pub fn timing_mut(&mut self) -> &mut TimingModel {
-        &mut self.transport.io.qp.objects.services.timing
+        &mut services!(self).timing
     }
 
     /// Counters since power-on: the sum of what each block counted.
     pub fn counters(&self) -> Counters {
-        let eq = self.transport.io.qp.objects.eqs.counters();
-        let cq = self.transport.io.qp.cqs.counters();
-        let srq = self.transport.io.qp.srqs.counters();
+        let eq = objects!(self).eqs.counters();
+        let cq = qp_wiring!(self).cqs.counters();
+        let srq = qp_wiring!(self).srqs.counters();
         let qp = self.transport.io.qps.counters();
         Counters {
             doorbells: eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
@@ -337,7 +341,7 @@ impl Device {
             cqes: cq.cqes,
             eqes: eq.eqes,
             interrupts: eq.interrupts,
-            dma_errors: self.transport.io.qp.objects.services.bus.errors(),
+            dma_errors: services!(self).bus.errors(),
         }
     }
 
@@ -345,30 +349,30 @@ impl Device {
     /// from then on it sees every transaction crossing that port (see [`crate::probe`]).
     pub fn attach_observer(&mut self, port: Port, observer: Option<Box<dyn Observer>>) -> Option<Box<dyn Observer>> {
         match port {
-            Port::Bus => self.transport.io.qp.objects.services.bus.probe_mut().attach(observer),
-            port => self.transport.io.qp.objects.services.probes.slot(port).attach(observer),
+            Port::Bus => services!(self).bus.probe_mut().attach(observer),
+            port => services!(self).probes.slot(port).attach(observer),
         }
     }
 
     /// The diagnostic log.
     pub fn diagnostics(&self) -> &DiagnosticLog {
-        &self.transport.io.qp.objects.services.diagnostics
+        &services!(self).diagnostics
     }
 
     /// The diagnostic log, to set its policy or pass it the owner's time.
     pub fn diagnostics_mut(&mut self) -> &mut DiagnosticLog {
-        &mut self.transport.io.qp.objects.services.diagnostics
+        &mut services!(self).diagnostics
     }
 
     /// Takes the kept diagnostics out of the log.
     pub fn take_diagnostics(&mut self) -> Vec<Diagnostic> {
-        self.transport.io.qp.objects.services.diagnostics.drain()
+        services!(self).diagnostics.drain()
     }
 
     /// Number of valid objects per context table (QP, MPT, CQ, SRQ), read from host
     /// memory; used by leak tests and `query` tools.
     pub fn context_table_slots_in_use(&self) -> [usize; 4] {
-        self.transport.io.qp.objects.contexts.slots_in_use()
+        objects!(self).contexts.slots_in_use()
     }
 
     pub(crate) fn diagnose(
@@ -379,8 +383,8 @@ impl Device {
         value: u64,
         expected: impl Into<String>,
     ) {
-        self.transport.io.qp.objects.services.diagnostics.record(Diagnostic {
-            time_ps: self.transport.io.qp.objects.services.scheduler.now().0,
+        services!(self).diagnostics.record(Diagnostic {
+            time_ps: services!(self).scheduler.now().0,
             source,
             object: object.into(),
             field,
@@ -403,8 +407,8 @@ impl Device {
         // The write may turn bus mastering off: the cached contexts go back first.
         self.drop_context_cache();
         self.config_space.write(offset, data);
-        self.transport.io.qp.objects.services.bus.set_master(self.config_space.bus_master_enabled());
-        self.transport.io.qp.objects.eqs.set_msix_control(
+        services!(self).bus.set_master(self.config_space.bus_master_enabled());
+        objects!(self).eqs.set_msix_control(
             self.config_space.msix_enabled(),
             self.config_space.msix_function_masked(),
         );
@@ -431,7 +435,7 @@ impl Device {
             regs::CONTROL_BAR => self.control_read(offset, data),
             // Doorbells are write-only; their pages read as zero, like hns's.
             regs::DOORBELL_BAR => data.fill(0),
-            regs::MSIX_BAR => self.transport.io.qp.objects.eqs.read_msix(offset, data),
+            regs::MSIX_BAR => objects!(self).eqs.read_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -457,7 +461,7 @@ impl Device {
         match bar {
             regs::CONTROL_BAR => self.control_write(offset, data),
             regs::DOORBELL_BAR => self.doorbell_page_write(offset, data),
-            regs::MSIX_BAR => self.transport.io.qp.objects.eqs.write_msix(offset, data),
+            regs::MSIX_BAR => objects!(self).eqs.write_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -531,14 +535,14 @@ impl Device {
             regs::CSQ_PRODUCER_INDEX => self.firmware.command_queue().producer_index,
             regs::CSQ_CONSUMER_INDEX => self.firmware.command_queue().consumer_index,
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
-                self.transport.io.qp.objects.eqs.read_abnormal(offset)
+                objects!(self).eqs.read_abnormal(offset)
             }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                self.transport.io.qp.objects.eqs.read_interrupt_enable(eqn)
+                objects!(self).eqs.read_interrupt_enable(eqn)
             }
             _ => {
                 self.diagnose(
@@ -579,14 +583,16 @@ impl Device {
                     .command_queue_register_write(&mut firmware_wiring!(self), offset, value)
             }
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
-                self.transport.io.qp.objects.eqs.write_abnormal(offset, value)
+                objects!(self).eqs.write_abnormal(offset, value)
             }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                self.transport.io.qp.objects.eqs.write_interrupt_enable(&mut services!(self), eqn, value);
+                objects!(self)
+                    .eqs
+                    .write_interrupt_enable(&mut services!(self), eqn, value);
             }
             o => {
                 let known = regs::REGISTERS.iter().find(|r| r.offset == o);
@@ -616,22 +622,22 @@ impl Device {
         tracing::info!(target: "rnic::device", "function reset");
         // Host memory keeps the progress the device made before the reset.
         self.drop_context_cache();
-        self.transport.io.qp.objects.services.scheduler.clear();
+        services!(self).scheduler.clear();
         self.firmware.reset();
-        self.transport.io.qp.objects.contexts.clear_tables();
+        objects!(self).contexts.clear_tables();
         self.transport.io.mpt.forget();
-        self.transport.io.qp.objects.services.translation.clear();
-        self.transport.io.qp.objects.eqs.reset();
+        services!(self).translation.clear();
+        objects!(self).eqs.reset();
         self.transport.transport = Transport::new(&self.config.caps);
         self.transport.io.port = NetworkPort::new(self.config.caps.max_gids as usize, self.config.mac_address);
-        self.transport.io.qp.objects.services.timing = TimingModel::new(self.config.timing);
+        services!(self).timing = TimingModel::new(self.config.timing);
         self.registers = ControlRegisters {
             resetting: true,
             ..Default::default()
         };
         self.doorbells.reset();
         let delay = Picoseconds(self.config.timing.reset_ps);
-        self.transport.io.qp.objects.services.scheduler.schedule_in(delay, Event::ResetDone);
+        services!(self).scheduler.schedule_in(delay, Event::ResetDone);
     }
 
     /// Doorbell BAR write: the doorbell block decodes it into a request for the block
@@ -640,26 +646,28 @@ impl Device {
         let Some(request) = self.doorbells.write(&mut services!(self), offset, data) else {
             return;
         };
-        self.transport.io.qp.objects.services.probes.observe(Port::Doorbell, self.transport.io.qp.objects.services.scheduler.now(), || {
-            let (target, number, value) = match request {
-                DoorbellRequest::QueuePair {
-                    qpn,
-                    queue: WorkQueue::Send,
-                    producer_index,
-                } => (DoorbellTarget::SendQueue, qpn, u64::from(producer_index)),
-                DoorbellRequest::QueuePair {
-                    qpn,
-                    queue: WorkQueue::Receive,
-                    producer_index,
-                } => (DoorbellTarget::ReceiveQueue, qpn, u64::from(producer_index)),
-                DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => {
-                    (DoorbellTarget::SharedReceiveQueue, srqn, u64::from(producer_index))
-                }
-                DoorbellRequest::CompletionQueue { cqn, word } => (DoorbellTarget::CompletionQueue, cqn, word),
-                DoorbellRequest::EventQueue { word } => (DoorbellTarget::EventQueue, 0, word),
-            };
-            Transaction::Doorbell { target, number, value }
-        });
+        services!(self)
+            .probes
+            .observe(Port::Doorbell, services!(self).scheduler.now(), || {
+                let (target, number, value) = match request {
+                    DoorbellRequest::QueuePair {
+                        qpn,
+                        queue: WorkQueue::Send,
+                        producer_index,
+                    } => (DoorbellTarget::SendQueue, qpn, u64::from(producer_index)),
+                    DoorbellRequest::QueuePair {
+                        qpn,
+                        queue: WorkQueue::Receive,
+                        producer_index,
+                    } => (DoorbellTarget::ReceiveQueue, qpn, u64::from(producer_index)),
+                    DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => {
+                        (DoorbellTarget::SharedReceiveQueue, srqn, u64::from(producer_index))
+                    }
+                    DoorbellRequest::CompletionQueue { cqn, word } => (DoorbellTarget::CompletionQueue, cqn, word),
+                    DoorbellRequest::EventQueue { word } => (DoorbellTarget::EventQueue, 0, word),
+                };
+                Transaction::Doorbell { target, number, value }
+            });
         match request {
             DoorbellRequest::QueuePair {
                 qpn,
@@ -682,21 +690,21 @@ impl Device {
     /// Public so that tests and fuzzers can read every QPC and CQC from host memory as the
     /// device sees it without issuing a command (which does this first).
     pub fn write_back_contexts(&mut self) {
-        self.transport.io.qp.objects.contexts.write_back(&mut self.transport.io.qp.objects.services.bus);
+        objects!(self).contexts.write_back(&mut services!(self).bus);
     }
 
     /// Bus address of object `index` of context table `table`, found as the device finds
     /// it (through the table's BT pages, or the address it remembers): for a testbench's
     /// backdoor reads of contexts. None when the object has no slot or the walk fails.
     pub fn context_address(&mut self, table: ContextTableId, index: u32) -> Option<u64> {
-        self.transport.io.qp.objects.contexts.address(&self.transport.io.qp.objects.services.bus, table, index).ok()
+        objects!(self).contexts.address(&services!(self).bus, table, index).ok()
     }
 
     /// Writes the cached contexts back and forgets them with the CQ buffer records that
     /// lean on them.
     fn drop_context_cache(&mut self) {
-        self.transport.io.qp.objects.contexts.drop_cache(&mut self.transport.io.qp.objects.services.bus);
-        self.transport.io.qp.cqs.forget_buffers();
+        objects!(self).contexts.drop_cache(&mut services!(self).bus);
+        qp_wiring!(self).cqs.forget_buffers();
     }
 }
 
@@ -730,7 +738,9 @@ impl Device {
         length: u64,
         needed: MrAccess,
     ) -> Result<MrTranslation, MrAccessError> {
-        self.transport.io.mpt
+        self.transport
+            .io
+            .mpt
             .check_access(&mut objects!(self), key, pd, address, length, needed)
     }
 }
@@ -738,124 +748,130 @@ impl Device {
 impl Device {
     /// CREATE_CEQC / CREATE_AEQC.
     pub(crate) fn create_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc) -> Result<(), Rejection> {
-        self.transport.io.qp.objects.eqs.create(eqn, kind, eqc)
+        objects!(self).eqs.create(eqn, kind, eqc)
     }
 
     /// MODIFY_CEQC / MODIFY_AEQC.
     pub(crate) fn modify_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
-        self.transport.io.qp.objects.eqs.modify(&mut services!(self), eqn, kind, eqc, mask)
+        objects!(self).eqs.modify(&mut services!(self), eqn, kind, eqc, mask)
     }
 
     /// QUERY_CEQC / QUERY_AEQC.
     pub(crate) fn query_eq(&mut self, eqn: u32, kind: EqKind) -> Result<Eqc, Rejection> {
-        self.transport.io.qp.objects.eqs.query(eqn, kind)
+        objects!(self).eqs.query(eqn, kind)
     }
 
     /// DESTROY_CEQC / DESTROY_AEQC.
     pub(crate) fn destroy_eq(&mut self, eqn: u32, kind: EqKind) -> Result<(), Rejection> {
-        self.transport.io.qp.objects.eqs.destroy(eqn, kind)
+        objects!(self).eqs.destroy(eqn, kind)
     }
 
     /// A CEQE for CQ `cqn` on CEQ `ceqn`.
     #[cfg(test)]
     pub(crate) fn post_completion_event(&mut self, ceqn: u32, cqn: u32) {
-        self.transport.io.qp.objects.eqs.post_completion_event(&mut services!(self), ceqn, cqn);
+        objects!(self)
+            .eqs
+            .post_completion_event(&mut services!(self), ceqn, cqn);
     }
 
     /// An AEQE.
     #[cfg(test)]
     pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        self.transport.io.qp.objects.eqs
+        objects!(self)
+            .eqs
             .post_async_event(&mut services!(self), event, sub_type, queue_number);
     }
 
     /// A mailbox-completion AEQE.
     #[cfg(test)]
     pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
-        self.transport.io.qp.objects.eqs
+        objects!(self)
+            .eqs
             .post_mailbox_event(&mut services!(self), token, status, out_param);
     }
 
     /// The EQ doorbell.
     pub(crate) fn eq_doorbell(&mut self, word: u64) {
-        self.transport.io.qp.objects.eqs.doorbell(&mut services!(self), word);
+        objects!(self).eqs.doorbell(&mut services!(self), word);
     }
 
     /// MSI-X vector of EQ `eqn`.
     #[cfg(test)]
     pub(crate) fn eq_vector(&self, eqn: u32) -> u16 {
-        self.transport.io.qp.objects.eqs.vector(eqn)
+        objects!(self).eqs.vector(eqn)
     }
 
     /// Number of created EQs (for the device's resource accounting and leak checks).
     pub fn active_eq_count(&self) -> usize {
-        self.transport.io.qp.objects.eqs.active_count()
+        objects!(self).eqs.active_count()
     }
 }
 
 impl Device {
     /// CREATE_CQC.
     pub(crate) fn create_cq(&mut self, cqn: u32, cqc: Cqc) -> Result<(), Rejection> {
-        self.transport.io.qp.cqs.create(&mut objects!(self), cqn, cqc)
+        qp_wiring!(self).cqs.create(&mut objects!(self), cqn, cqc)
     }
 
     /// MODIFY_CQC.
     pub(crate) fn modify_cq(&mut self, cqn: u32, cqc: Cqc, mask: Cqc) -> Result<(), Rejection> {
-        self.transport.io.qp.cqs.modify(&mut objects!(self), cqn, cqc, mask)
+        qp_wiring!(self).cqs.modify(&mut objects!(self), cqn, cqc, mask)
     }
 
     /// QUERY_CQC.
     pub(crate) fn query_cq(&mut self, cqn: u32) -> Result<Cqc, Rejection> {
-        self.transport.io.qp.cqs.query(&mut objects!(self), cqn)
+        qp_wiring!(self).cqs.query(&mut objects!(self), cqn)
     }
 
     /// DESTROY_CQC.
     pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<(), Rejection> {
-        self.transport.io.qp.cqs.destroy(&mut objects!(self), cqn)
+        qp_wiring!(self).cqs.destroy(&mut objects!(self), cqn)
     }
 
     /// Whether CQ `cqn` exists and is valid.
     #[cfg(test)]
     pub(crate) fn cq_is_valid(&mut self, cqn: u32) -> bool {
-        self.transport.io.qp.cqs.is_valid(&mut objects!(self), cqn)
+        qp_wiring!(self).cqs.is_valid(&mut objects!(self), cqn)
     }
 
     /// A CQ doorbell (set CI, arm).
     pub(crate) fn cq_doorbell(&mut self, cqn: u32, word: u64) {
-        self.transport.io.qp.cqs.doorbell(&mut objects!(self), cqn, word);
+        qp_wiring!(self).cqs.doorbell(&mut objects!(self), cqn, word);
     }
 
     /// A CQE for CQ `cqn`.
     #[cfg(test)]
     pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
-        self.transport.io.qp.cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
+        qp_wiring!(self).cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
     }
 }
 
 impl Device {
     /// CREATE_SRQ.
     pub(crate) fn create_srq(&mut self, srqn: u32, srqc: Srqc) -> Result<(), Rejection> {
-        self.transport.io.qp.srqs.create(&mut objects!(self), srqn, srqc)
+        qp_wiring!(self).srqs.create(&mut objects!(self), srqn, srqc)
     }
 
     /// MODIFY_SRQC.
     pub(crate) fn modify_srq(&mut self, srqn: u32, srqc: Srqc, mask: Srqc) -> Result<(), Rejection> {
-        self.transport.io.qp.srqs.modify(&mut objects!(self), srqn, srqc, mask)
+        qp_wiring!(self).srqs.modify(&mut objects!(self), srqn, srqc, mask)
     }
 
     /// QUERY_SRQC.
     pub(crate) fn query_srq(&mut self, srqn: u32) -> Result<Srqc, Rejection> {
-        self.transport.io.qp.srqs.query(&mut objects!(self), srqn)
+        qp_wiring!(self).srqs.query(&mut objects!(self), srqn)
     }
 
     /// DESTROY_SRQ.
     pub(crate) fn destroy_srq(&mut self, srqn: u32) -> Result<(), Rejection> {
-        self.transport.io.qp.srqs.destroy(&mut objects!(self), srqn)
+        qp_wiring!(self).srqs.destroy(&mut objects!(self), srqn)
     }
 
     /// The SRQ doorbell.
     pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
-        self.transport.io.qp.srqs.doorbell(&mut objects!(self), srqn, producer_index);
+        qp_wiring!(self)
+            .srqs
+            .doorbell(&mut objects!(self), srqn, producer_index);
     }
 }
 
@@ -864,21 +880,26 @@ impl Device {
     /// the transition; a move to ERR is then flushed (after the transport dropped its
     /// WQEs, so the flush covers them too).
     pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
-        let transition = self.transport.io.qps.modify(&mut qp_wiring!(self), qpn, context, mask)?;
-        self.transport.io.qp.objects.services.probes
-            .observe(Port::QpState, self.transport.io.qp.objects.services.scheduler.now(), || Transaction::QpState {
-                qpn,
-                from: transition.from,
-                to: transition.to,
+        let transition = self
+            .transport
+            .io
+            .qps
+            .modify(&mut qp_wiring!(self), qpn, context, mask)?;
+        services!(self)
+            .probes
+            .observe(Port::QpState, services!(self).scheduler.now(), || {
+                Transaction::QpState {
+                    qpn,
+                    from: transition.from,
+                    to: transition.to,
+                }
             });
-        self.transport.qp_modified(
-            qpn,
-            transition.from,
-            transition.to,
-            &transition.qpc,
-        );
+        self.transport
+            .qp_modified(qpn, transition.from, transition.to, &transition.qpc);
         if transition.to == QpState::Err {
-            self.transport.io.qps
+            self.transport
+                .io
+                .qps
                 .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
         }
         Ok(())
@@ -892,9 +913,16 @@ impl Device {
     /// An SQ or RQ doorbell: the QP block checks it; what it moved goes to the transport
     /// (or, for a QP in ERR, is flushed).
     pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
-        match self.transport.io.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
+        match self
+            .transport
+            .io
+            .qps
+            .doorbell(&mut qp_wiring!(self), qpn, queue, producer_index)
+        {
             DoorbellOutcome::Done => {}
-            DoorbellOutcome::Flush { address, qpc } => self.transport.io.qps.flush(&mut qp_wiring!(self), qpn, address, qpc),
+            DoorbellOutcome::Flush { address, qpc } => {
+                self.transport.io.qps.flush(&mut qp_wiring!(self), qpn, address, qpc)
+            }
             DoorbellOutcome::SendQueue(producer_index) => self.transport.sq_doorbell(qpn, producer_index),
             DoorbellOutcome::ReceiveQueue(producer_index) => self.transport.rq_doorbell(qpn, producer_index),
         }
@@ -910,14 +938,17 @@ impl Device {
             return;
         };
         let result = self.object_command(command);
-        self.transport.io.qp.objects.services.probes
-            .observe(Port::Mailbox, self.transport.io.qp.objects.services.scheduler.now(), || Transaction::Mailbox {
-                opcode,
-                tag: post.tag(),
-                status: match &result {
-                    Ok(_) => MailboxCompletion::Success,
-                    Err(rejection) => rejection.status,
-                },
+        services!(self)
+            .probes
+            .observe(Port::Mailbox, services!(self).scheduler.now(), || {
+                Transaction::Mailbox {
+                    opcode,
+                    tag: post.tag(),
+                    status: match &result {
+                        Ok(_) => MailboxCompletion::Success,
+                        Err(rejection) => rejection.status,
+                    },
+                }
             });
         self.firmware
             .finish_mailbox(&mut firmware_wiring!(self), post, opcode, result);
@@ -958,8 +989,11 @@ impl Device {
     #[inline]
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         let frame = self.transport.io.port.poll_transmit()?;
-        self.transport.io.qp.objects.services.probes
-            .observe(Port::Network, self.transport.io.qp.objects.services.scheduler.now(), || Transaction::FrameOut(&frame));
+        services!(self)
+            .probes
+            .observe(Port::Network, services!(self).scheduler.now(), || {
+                Transaction::FrameOut(&frame)
+            });
         Some(frame)
     }
 
@@ -967,8 +1001,11 @@ impl Device {
     /// process it when it has been through the receive pipeline (at once with zero
     /// receive-side costs, e.g. the `ideal` preset).
     pub fn receive_frame(&mut self, frame: &[u8]) {
-        self.transport.io.qp.objects.services.probes
-            .observe(Port::Network, self.transport.io.qp.objects.services.scheduler.now(), || Transaction::FrameIn(frame));
+        services!(self)
+            .probes
+            .observe(Port::Network, services!(self).scheduler.now(), || {
+                Transaction::FrameIn(frame)
+            });
         self.transport.receive_frame(frame);
     }
 
@@ -976,8 +1013,11 @@ impl Device {
     /// a frame that waits for the receive pipeline stays in it (no copy). Returns a buffer
     /// for the caller to reuse: this one, or a spare from the device's pool.
     pub fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
-        self.transport.io.qp.objects.services.probes
-            .observe(Port::Network, self.transport.io.qp.objects.services.scheduler.now(), || Transaction::FrameIn(&frame));
+        services!(self)
+            .probes
+            .observe(Port::Network, services!(self).scheduler.now(), || {
+                Transaction::FrameIn(&frame)
+            });
         self.transport.receive_frame_owned(frame)
     }
 
@@ -1036,7 +1076,6 @@ pub(crate) struct Services {
 }
 
 impl Services {
-
     /// Shows `port`'s transaction to its observer, if it has one.
     #[inline]
     fn observe<'t>(&mut self, port: Port, describe: impl FnOnce() -> Transaction<'t>) {
@@ -1122,7 +1161,6 @@ impl Objects {
         self.eqs
             .post_async_event(&mut self.services, event, sub_type, queue_number);
     }
-
 }
 
 /// What the QP block is bound to: the object blocks' wiring, and the CQ and SRQ blocks
@@ -1145,7 +1183,9 @@ impl crate::qp::Io for QpWiring {
 
     #[inline]
     fn write_qpc(&mut self, address: u64, qpc: &Qpc) -> Result<(), Rejection> {
-        self.objects.contexts.write(&mut self.objects.services.bus, address, qpc)
+        self.objects
+            .contexts
+            .write(&mut self.objects.services.bus, address, qpc)
     }
 
     #[inline]
@@ -1278,8 +1318,7 @@ impl crate::firmware::Io for FirmwareWiring<'_> {
     fn mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
         self.services
             .observe(Port::Event, || Transaction::MailboxEvent { token, status });
-        self.eqs
-            .post_mailbox_event(self.services, token, status, out_param);
+        self.eqs.post_mailbox_event(self.services, token, status, out_param);
     }
 
     fn addresses(&mut self) -> &mut PortAddresses {
@@ -1300,7 +1339,6 @@ impl QpWiring {
         });
         result
     }
-
 }
 
 /// What the transport is bound to: everything below it (the QP block and what the QP
@@ -1381,13 +1419,27 @@ impl crate::transport::Io for TransportWiring {
         buffer: &mut [u8],
     ) -> Result<(), DmaFault> {
         let services = &mut self.qp.objects.services;
-        crate::mtt::read_buffer(&mut services.translation, &mut services.bus, mtr, offset, first_bus, buffer)
+        crate::mtt::read_buffer(
+            &mut services.translation,
+            &mut services.bus,
+            mtr,
+            offset,
+            first_bus,
+            buffer,
+        )
     }
 
     #[inline]
     fn write_buffer(&mut self, mtr: &Mtr, offset: u64, first_bus: Option<u64>, data: &[u8]) -> Result<(), DmaFault> {
         let services = &mut self.qp.objects.services;
-        crate::mtt::write_buffer(&mut services.translation, &mut services.bus, mtr, offset, first_bus, data)
+        crate::mtt::write_buffer(
+            &mut services.translation,
+            &mut services.bus,
+            mtr,
+            offset,
+            first_bus,
+            data,
+        )
     }
 
     #[inline]
@@ -1582,7 +1634,14 @@ impl crate::srq::Io for Objects {
 
     #[inline]
     fn read_buffer(&mut self, mtr: &Mtr, offset: u64, buffer: &mut [u8]) -> Result<(), DmaFault> {
-        crate::mtt::read_buffer(&mut self.services.translation, &mut self.services.bus, mtr, offset, None, buffer)
+        crate::mtt::read_buffer(
+            &mut self.services.translation,
+            &mut self.services.bus,
+            mtr,
+            offset,
+            None,
+            buffer,
+        )
     }
 
     fn diagnose(

@@ -271,9 +271,15 @@ mod tests {
     #[test]
     fn a_frame_starts_when_ready_and_the_port_is_free_and_leaves_after_its_serialisation() {
         let mut port = Port::new(4, MAC);
-        assert_eq!(port.transmit(Picoseconds(100), Picoseconds(50), vec![1]), Picoseconds(100));
+        assert_eq!(
+            port.transmit(Picoseconds(100), Picoseconds(50), vec![1]),
+            Picoseconds(100)
+        );
         // Ready earlier than the port is free: it waits for the first to finish.
-        assert_eq!(port.transmit(Picoseconds(120), Picoseconds(50), vec![2]), Picoseconds(150));
+        assert_eq!(
+            port.transmit(Picoseconds(120), Picoseconds(50), vec![2]),
+            Picoseconds(150)
+        );
         assert_eq!(port.transmit_pipeline_len(), 2);
         assert_eq!(port.next_departure(), Some(Picoseconds(150)));
         assert_eq!(port.departed(Picoseconds(149)), None);

@@ -13,30 +13,28 @@
 //! * [`dma`]: gather and scatter through memory regions.
 //! * [`qp_runtime`]: the per-QP state these engines keep.
 //!
-//! The device's network port is three calls: [`Transport::poll_transmit`] hands out the
-//! next frame the device has put on the wire (at or before the current virtual time),
-//! [`Engine::receive_frame`] delivers a frame at the current virtual time, and
-//! [`Transport::recycle_frame`] gives a transmitted buffer back so the data path does not
-//! allocate per packet (the device's `poll_transmit`, `receive_frame` and
-//! `recycle_frame`).
+//! The frames go through the port block ([`crate::port`]), which owns the transmit and
+//! receive pipelines, the transmitted frames waiting for the device's `poll_transmit`,
+//! the frame-buffer pool and the address tables; [`Engine::receive_frame`] delivers a
+//! frame from the network at the current virtual time.
 //!
-//! The port is timed by the timing model ([`crate::timing`]): a `TransportTx` event picks
-//! the next QP with work from a round-robin ring and builds its next packet (responses
-//! before requests) into the transmit pipeline, which holds at most
+//! The engines time the port with the timing model ([`crate::timing`]): a `TransportTx`
+//! event picks the next QP with work from a round-robin ring and builds its next packet
+//! (responses before requests) into the port's transmit pipeline, which holds at most
 //! `tx_pipeline_depth` frames. A frame is ready after the costs charged while building it
 //! (WQE fetch, context miss, MTT, payload DMA read, transmit pipeline), starts on the wire
 //! when it is ready and the port is free, and leaves the port after its serialisation.
-//! Received frames wait in the receive pipeline (receive pipeline cycles, payload DMA
-//! write, CQE write) before the engines process them.
+//! Received frames wait in the port's receive pipeline (receive pipeline cycles, payload
+//! DMA write, CQE write) before the engines process them.
 //!
-//! The block ([`Transport`]) owns every QP's engine state, the port's pipelines, rings
-//! and buffers, the port's address tables and its counters. It accepts the QP block's
-//! transitions and doorbells, frames from the network and its timers; it produces frames
-//! for the network and, through its [`Io`], CQEs for the CQ block, AEQEs for the event
-//! block, access checks for the memory-protection block, WQE requests for the SRQ block,
-//! QP errors and flushes for the QP block, and the QP progress the context block keeps
-//! for the QPC. A request or event is handled by an [`Engine`]: the block's state with
-//! its ports, for that one call.
+//! The block ([`Transport`]) owns every QP's engine state, the round-robin ring of QPs
+//! with work, the PCIe read channel's clock, timer generations and its counters. It
+//! accepts the QP block's transitions and doorbells, frames from the network and its
+//! timers; it produces, through its [`Io`], frames for the port, CQEs for the CQ block,
+//! AEQEs for the event block, access checks for the memory-protection block, WQE
+//! requests for the SRQ block, QP errors and flushes for the QP block, and the QP
+//! progress the context block keeps for the QPC. The top owns it as an [`Engine`]: the
+//! block's state bound to its `Io`.
 
 pub(crate) mod completer;
 pub(crate) mod dma;
@@ -350,7 +348,6 @@ impl Transport {
             caps: *caps,
         }
     }
-
 
     /// What the transport counted.
     pub fn counters(&self) -> TransportCounters {

@@ -1,8 +1,7 @@
 //! In-crate tests of the transport's receive side: what it does with frames that are not
 //! for a live QP, and the timing model's serialisation (the port's buffer pool is tested
-//! in `port/`). End-to-end behaviour (two
-//! NICs through the register interface and the fabric) is tested in
-//! `testbench/tests/transport_*.rs`.
+//! in `port/`). End-to-end behaviour (two NICs through the register interface and the
+//! fabric) is tested in `testbench/tests/transport_*.rs`.
 
 use std::sync::Arc;
 
