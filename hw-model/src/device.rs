@@ -1307,7 +1307,7 @@ impl crate::firmware::Io for FirmwareWiring<'_> {
         address: u64,
     ) -> Result<Option<u64>, Rejection> {
         self.contexts
-            .base_address_table(&mut self.services.bus, table, command, level, index, address)
+            .base_address_table(&self.services.bus, table, command, level, index, address)
     }
 
     fn clear_function(&mut self) {
