@@ -23,79 +23,52 @@ use crate::memory::{HostMemory, MemoryError};
 use crate::mpt::{MemoryProtection, MrAccess, MrAccessError, MrTranslation};
 use crate::mtt::{DmaFault, Mtr, MttError, TranslationCache};
 use crate::pci::{BarDescriptor, ConfigSpace};
-use crate::port::PortAddresses;
+use crate::port::{Port as NetworkPort, PortAddresses};
 use crate::probe::{DoorbellTarget, Observer, Port, Probes, Transaction};
 use crate::qp::{DoorbellOutcome, QueuePairs, WorkQueue};
 use crate::srq::{SharedReceiveQueues, SrqWqe};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
-use crate::transport::{Timer as TransportTimer, Transport, TransportCounters};
+use crate::transport::{Engine, Timer as TransportTimer, Transport, TransportCounters};
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{Cqc, Eqc, Mpt, QpState, Qpc, Srqc};
 use rnic_firmware_if::cqe::Cqe;
 use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::{BtCommand, ContextTable as ContextTableId, MailboxCompletion};
 
-/// The services of the device `$device`, borrowed field by field (so the block being
-/// called, another field, stays free).
+/// The services of the device `$device` (a place: borrow it as a block's `Io`).
 macro_rules! services {
     ($device:ident) => {
-        Services {
-            translation: &mut $device.translations,
-            bus: &mut $device.bus,
-            timing: &mut $device.timing,
-            scheduler: &mut $device.scheduler,
-            diagnostics: &mut $device.diagnostics,
-            probes: &mut $device.probes,
-        }
+        $device.transport.io.qp.objects.services
     };
 }
 
-/// What the firmware of the device `$device` is bound to, borrowed field by field.
+/// What the object blocks of the device `$device` are bound to (a place).
+macro_rules! objects {
+    ($device:ident) => {
+        $device.transport.io.qp.objects
+    };
+}
+
+/// What the QP block of the device `$device` is bound to (a place).
+macro_rules! qp_wiring {
+    ($device:ident) => {
+        $device.transport.io.qp
+    };
+}
+
+/// What the firmware of the device `$device` is bound to, borrowed field by field (the
+/// firmware's wiring also reaches the top's registers, so it is not one place).
 macro_rules! firmware_wiring {
     ($device:ident) => {
         FirmwareWiring {
-            services: services!($device),
-            contexts: &mut $device.contexts,
-            eqs: &mut $device.eqs,
-            cqs: &mut $device.cqs,
-            mpt: &mut $device.mpt,
-            addresses: &mut $device.port,
+            services: &mut $device.transport.io.qp.objects.services,
+            contexts: &mut $device.transport.io.qp.objects.contexts,
+            eqs: &mut $device.transport.io.qp.objects.eqs,
+            cqs: &mut $device.transport.io.qp.cqs,
+            mpt: &mut $device.transport.io.mpt,
+            port: &mut $device.transport.io.port,
             registers: &mut $device.registers,
-        }
-    };
-}
-
-/// What the transport of the device `$device` is bound to, borrowed field by field.
-macro_rules! transport_wiring {
-    ($device:ident) => {
-        TransportWiring {
-            qp: qp_wiring!($device),
-            mpt: &mut $device.mpt,
-            qps: &mut $device.qps,
-            port: &$device.port,
-        }
-    };
-}
-
-/// What the QP block of the device `$device` is bound to, borrowed field by field.
-macro_rules! qp_wiring {
-    ($device:ident) => {
-        QpWiring {
-            objects: objects!($device),
-            cqs: &mut $device.cqs,
-            srqs: &mut $device.srqs,
-        }
-    };
-}
-
-/// What the object blocks of the device `$device` are bound to, borrowed field by field.
-macro_rules! objects {
-    ($device:ident) => {
-        Objects {
-            services: services!($device),
-            contexts: &mut $device.contexts,
-            eqs: &mut $device.eqs,
         }
     };
 }
@@ -147,42 +120,22 @@ pub(crate) struct ControlRegisters {
 /// One rnic device (one PCI function).
 pub struct Device {
     pub(crate) config: DeviceConfig,
-    pub(crate) scheduler: Scheduler<Event>,
-    /// Host memory behind the bus-master gate: every DMA access.
-    pub(crate) bus: Bus,
     pub(crate) config_space: ConfigSpace,
     pub(crate) registers: ControlRegisters,
     pub(crate) firmware: Firmware,
-    /// The context tables, their write-back QPC/CQC cache and the recorded QP progress.
-    pub(crate) contexts: Contexts,
-    pub(crate) eqs: EventQueues,
-    /// The RoCEv2 transport engines and the port's transmit and receive pipelines.
-    pub(crate) transport: Transport,
-    /// The port's address tables (GID and source-MAC tables).
-    pub(crate) port: PortAddresses,
-    /// The timing model: parameters, caches, per-stage totals.
-    pub(crate) timing: TimingModel,
     /// The doorbell decoder (BAR2).
     pub(crate) doorbells: Doorbells,
-    pub(crate) diagnostics: DiagnosticLog,
-    /// Memory protection: the MPT cache and the access checks.
-    pub(crate) mpt: MemoryProtection,
-    /// The MTT cache: page translations, forgotten with the MPT cache.
-    pub(crate) translations: TranslationCache,
-    /// Completion queues: CQEs, CQ doorbells, the CQ mailbox commands.
-    pub(crate) cqs: CompletionQueues,
-    /// Shared receive queues.
-    pub(crate) srqs: SharedReceiveQueues,
-    /// The observers of the ports the top routes (the bus has its own).
-    pub(crate) probes: Probes,
-    /// Queue pairs: the state machine, SQ/RQ doorbells, the flush.
-    pub(crate) qps: QueuePairs,
+    /// The RoCEv2 transport engines, bound to their wiring: every block below the
+    /// transport and the services, grouped by what each block is wired to (see
+    /// [`TransportWiring`]), so that a block's `Io` is one reference and the transport's
+    /// state and ports are reached through one.
+    pub(crate) transport: Engine<TransportWiring>,
 }
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
-            .field("now", &self.scheduler.now())
+            .field("now", &services!(self).scheduler.now())
             .field("counters", &self.counters())
             .finish_non_exhaustive()
     }
@@ -212,25 +165,38 @@ impl Device {
         let mut eqs = EventQueues::new(&config.caps, vectors, interrupts);
         eqs.set_msix_control(config_space.msix_enabled(), config_space.msix_function_masked());
         let pages = config.doorbell_pages.max(1) as usize;
-        Self {
-            scheduler: Scheduler::new(),
+        let services = Services {
+            translation: TranslationCache::default(),
             bus,
+            timing: TimingModel::new(config.timing),
+            scheduler: Scheduler::new(),
+            diagnostics: DiagnosticLog::default(),
+            probes: Probes::default(),
+        };
+        let objects = Objects {
+            services,
+            contexts: Contexts::new(&config),
+            eqs,
+        };
+        let qp = QpWiring {
+            objects,
+            cqs: CompletionQueues::new(&config.caps),
+            srqs: SharedReceiveQueues::new(&config.caps),
+        };
+        Self {
             config_space,
             registers: ControlRegisters::default(),
             firmware: Firmware::new(&config),
-            contexts: Contexts::new(&config),
-            eqs,
-            transport: Transport::new(&config.caps),
-            port: PortAddresses::new(config.caps.max_gids as usize, config.mac_address),
-            timing: TimingModel::new(config.timing),
             doorbells: Doorbells::new(pages),
-            diagnostics: DiagnosticLog::default(),
-            mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
-            translations: TranslationCache::default(),
-            cqs: CompletionQueues::new(&config.caps),
-            srqs: SharedReceiveQueues::new(&config.caps),
-            probes: Probes::default(),
-            qps: QueuePairs::new(&config.caps),
+            transport: Engine::new(
+                Transport::new(&config.caps),
+                TransportWiring {
+                    qp,
+                    mpt: MemoryProtection::new(config.caps.num_mtpts, config.caps.num_pds),
+                    qps: QueuePairs::new(&config.caps),
+                    port: NetworkPort::new(config.caps.max_gids as usize, config.mac_address),
+                },
+            ),
             config,
         }
     }
@@ -242,26 +208,40 @@ impl Device {
     /// fork it for each input instead of bringing it up again. Observers stay with the
     /// original.
     pub fn fork(&self, interrupts: Box<dyn InterruptSink>) -> Device {
+        let services = &objects!(self).services;
+        let services = Services {
+            translation: services.translation.clone(),
+            bus: services.bus.fork(),
+            timing: services.timing.clone(),
+            scheduler: services.scheduler.clone(),
+            diagnostics: services.diagnostics.clone(),
+            probes: Probes::default(),
+        };
+        let objects = Objects {
+            services,
+            contexts: objects!(self).contexts.clone(),
+            eqs: objects!(self).eqs.fork(interrupts),
+        };
+        let qp = QpWiring {
+            objects,
+            cqs: qp_wiring!(self).cqs.clone(),
+            srqs: qp_wiring!(self).srqs.clone(),
+        };
         Device {
             config: self.config.clone(),
-            scheduler: self.scheduler.clone(),
-            bus: self.bus.fork(),
             config_space: self.config_space.clone(),
             registers: self.registers.clone(),
             firmware: self.firmware.clone(),
-            contexts: self.contexts.clone(),
-            eqs: self.eqs.fork(interrupts),
-            transport: self.transport.clone(),
-            port: self.port.clone(),
-            timing: self.timing.clone(),
             doorbells: self.doorbells.clone(),
-            diagnostics: self.diagnostics.clone(),
-            mpt: self.mpt.clone(),
-            translations: self.translations.clone(),
-            cqs: self.cqs.clone(),
-            srqs: self.srqs.clone(),
-            probes: Probes::default(),
-            qps: self.qps.clone(),
+            transport: Engine::new(
+                self.transport.transport.clone(),
+                TransportWiring {
+                    qp,
+                    mpt: self.transport.io.mpt.clone(),
+                    qps: self.transport.io.qps.clone(),
+                    port: self.transport.io.port.clone(),
+                },
+            ),
         }
     }
 
@@ -271,13 +251,15 @@ impl Device {
     }
 
     /// Current virtual time.
+    #[inline]
     pub fn now(&self) -> Picoseconds {
-        self.scheduler.now()
+        services!(self).scheduler.now()
     }
 
     /// Time of the next pending event, if any.
+    #[inline]
     pub fn next_event_time(&self) -> Option<Picoseconds> {
-        self.scheduler.next_event_time()
+        services!(self).scheduler.next_event_time()
     }
 
     /// Runs every event due at or before `t`, then moves virtual time to `t`.
@@ -285,16 +267,20 @@ impl Device {
     pub fn advance_to(&mut self, t: Picoseconds) {
         // Most calls (the fabric steps every device) find nothing due: only the clock
         // moves, without the call into the event loop.
-        if self.scheduler.next_event_time().is_some_and(|next| next <= t) {
+        if services!(self)
+            .scheduler
+            .next_event_time()
+            .is_some_and(|next| next <= t)
+        {
             self.run_due_events(t);
         }
-        self.scheduler.advance_to(t);
-        self.bus.set_now(self.scheduler.now());
+        services!(self).scheduler.advance_to(t);
+        services!(self).bus.set_now(services!(self).scheduler.now());
     }
 
     fn run_due_events(&mut self, t: Picoseconds) {
-        while let Some(event) = self.scheduler.pop_due(t) {
-            self.bus.set_now(self.scheduler.now());
+        while let Some(event) = services!(self).scheduler.pop_due(t) {
+            services!(self).bus.set_now(services!(self).scheduler.now());
             self.run_event(event);
         }
     }
@@ -302,7 +288,7 @@ impl Device {
     /// Runs events until none is pending or virtual time would pass `limit`; returns the
     /// time reached.
     pub fn run_until_idle(&mut self, limit: Picoseconds) -> Picoseconds {
-        while let Some(next) = self.scheduler.next_event_time() {
+        while let Some(next) = services!(self).scheduler.next_event_time() {
             if next > limit {
                 break;
             }
@@ -321,28 +307,28 @@ impl Device {
                 self.registers.resetting = false;
             }
             Event::Eq(timer) => {
-                self.eqs.coalesce_timer(&mut services!(self), timer);
+                objects!(self).eqs.coalesce_timer(&mut services!(self), timer);
             }
-            Event::Transport(timer) => self.transport.engine(transport_wiring!(self)).timer(timer),
+            Event::Transport(timer) => self.transport.timer(timer),
         }
     }
 
     /// The timing model: parameters, per-stage totals, cache statistics.
     pub fn timing(&self) -> &TimingModel {
-        &self.timing
+        &services!(self).timing
     }
 
     /// The timing model, to reset its totals.
     pub fn timing_mut(&mut self) -> &mut TimingModel {
-        &mut self.timing
+        &mut services!(self).timing
     }
 
     /// Counters since power-on: the sum of what each block counted.
     pub fn counters(&self) -> Counters {
-        let eq = self.eqs.counters();
-        let cq = self.cqs.counters();
-        let srq = self.srqs.counters();
-        let qp = self.qps.counters();
+        let eq = objects!(self).eqs.counters();
+        let cq = qp_wiring!(self).cqs.counters();
+        let srq = qp_wiring!(self).srqs.counters();
+        let qp = self.transport.io.qps.counters();
         Counters {
             doorbells: eq.doorbells + cq.doorbells + srq.doorbells + qp.doorbells,
             doorbells_dropped: self.doorbells.dropped()
@@ -355,7 +341,7 @@ impl Device {
             cqes: cq.cqes,
             eqes: eq.eqes,
             interrupts: eq.interrupts,
-            dma_errors: self.bus.errors(),
+            dma_errors: services!(self).bus.errors(),
         }
     }
 
@@ -363,30 +349,30 @@ impl Device {
     /// from then on it sees every transaction crossing that port (see [`crate::probe`]).
     pub fn attach_observer(&mut self, port: Port, observer: Option<Box<dyn Observer>>) -> Option<Box<dyn Observer>> {
         match port {
-            Port::Bus => self.bus.probe_mut().attach(observer),
-            port => self.probes.slot(port).attach(observer),
+            Port::Bus => services!(self).bus.probe_mut().attach(observer),
+            port => services!(self).probes.slot(port).attach(observer),
         }
     }
 
     /// The diagnostic log.
     pub fn diagnostics(&self) -> &DiagnosticLog {
-        &self.diagnostics
+        &services!(self).diagnostics
     }
 
     /// The diagnostic log, to set its policy or pass it the owner's time.
     pub fn diagnostics_mut(&mut self) -> &mut DiagnosticLog {
-        &mut self.diagnostics
+        &mut services!(self).diagnostics
     }
 
     /// Takes the kept diagnostics out of the log.
     pub fn take_diagnostics(&mut self) -> Vec<Diagnostic> {
-        self.diagnostics.drain()
+        services!(self).diagnostics.drain()
     }
 
     /// Number of valid objects per context table (QP, MPT, CQ, SRQ), read from host
     /// memory; used by leak tests and `query` tools.
     pub fn context_table_slots_in_use(&self) -> [usize; 4] {
-        self.contexts.slots_in_use()
+        objects!(self).contexts.slots_in_use()
     }
 
     pub(crate) fn diagnose(
@@ -397,8 +383,8 @@ impl Device {
         value: u64,
         expected: impl Into<String>,
     ) {
-        self.diagnostics.record(Diagnostic {
-            time_ps: self.scheduler.now().0,
+        services!(self).diagnostics.record(Diagnostic {
+            time_ps: services!(self).scheduler.now().0,
             source,
             object: object.into(),
             field,
@@ -421,8 +407,8 @@ impl Device {
         // The write may turn bus mastering off: the cached contexts go back first.
         self.drop_context_cache();
         self.config_space.write(offset, data);
-        self.bus.set_master(self.config_space.bus_master_enabled());
-        self.eqs.set_msix_control(
+        services!(self).bus.set_master(self.config_space.bus_master_enabled());
+        objects!(self).eqs.set_msix_control(
             self.config_space.msix_enabled(),
             self.config_space.msix_function_masked(),
         );
@@ -449,7 +435,7 @@ impl Device {
             regs::CONTROL_BAR => self.control_read(offset, data),
             // Doorbells are write-only; their pages read as zero, like hns's.
             regs::DOORBELL_BAR => data.fill(0),
-            regs::MSIX_BAR => self.eqs.read_msix(offset, data),
+            regs::MSIX_BAR => objects!(self).eqs.read_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -475,7 +461,7 @@ impl Device {
         match bar {
             regs::CONTROL_BAR => self.control_write(offset, data),
             regs::DOORBELL_BAR => self.doorbell_page_write(offset, data),
-            regs::MSIX_BAR => self.eqs.write_msix(offset, data),
+            regs::MSIX_BAR => objects!(self).eqs.write_msix(offset, data),
             _ => self.diagnose(
                 Source::Pci,
                 format!("BAR{bar}"),
@@ -549,14 +535,14 @@ impl Device {
             regs::CSQ_PRODUCER_INDEX => self.firmware.command_queue().producer_index,
             regs::CSQ_CONSUMER_INDEX => self.firmware.command_queue().consumer_index,
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
-                self.eqs.read_abnormal(offset)
+                objects!(self).eqs.read_abnormal(offset)
             }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                self.eqs.read_interrupt_enable(eqn)
+                objects!(self).eqs.read_interrupt_enable(eqn)
             }
             _ => {
                 self.diagnose(
@@ -597,14 +583,16 @@ impl Device {
                     .command_queue_register_write(&mut firmware_wiring!(self), offset, value)
             }
             regs::ABNORMAL_INT_CONFIG | regs::ABNORMAL_INT_STATUS | regs::ABNORMAL_INT_ENABLE => {
-                self.eqs.write_abnormal(offset, value)
+                objects!(self).eqs.write_abnormal(offset, value)
             }
             o if (regs::EVENT_INT_ENABLE_BASE..regs::event_int_enable(regs::MAX_EVENT_INT_ENABLES as u32))
                 .contains(&o)
                 && o % 4 == 0 =>
             {
                 let eqn = ((o - regs::EVENT_INT_ENABLE_BASE) / 4) as u32;
-                self.eqs.write_interrupt_enable(&mut services!(self), eqn, value);
+                objects!(self)
+                    .eqs
+                    .write_interrupt_enable(&mut services!(self), eqn, value);
             }
             o => {
                 let known = regs::REGISTERS.iter().find(|r| r.offset == o);
@@ -634,22 +622,22 @@ impl Device {
         tracing::info!(target: "rnic::device", "function reset");
         // Host memory keeps the progress the device made before the reset.
         self.drop_context_cache();
-        self.scheduler.clear();
+        services!(self).scheduler.clear();
         self.firmware.reset();
-        self.contexts.clear_tables();
-        self.mpt.forget();
-        self.translations.clear();
-        self.eqs.reset();
-        self.transport = Transport::new(&self.config.caps);
-        self.port = PortAddresses::new(self.config.caps.max_gids as usize, self.config.mac_address);
-        self.timing = TimingModel::new(self.config.timing);
+        objects!(self).contexts.clear_tables();
+        self.transport.io.mpt.forget();
+        services!(self).translation.clear();
+        objects!(self).eqs.reset();
+        self.transport.transport = Transport::new(&self.config.caps);
+        self.transport.io.port = NetworkPort::new(self.config.caps.max_gids as usize, self.config.mac_address);
+        services!(self).timing = TimingModel::new(self.config.timing);
         self.registers = ControlRegisters {
             resetting: true,
             ..Default::default()
         };
         self.doorbells.reset();
         let delay = Picoseconds(self.config.timing.reset_ps);
-        self.scheduler.schedule_in(delay, Event::ResetDone);
+        services!(self).scheduler.schedule_in(delay, Event::ResetDone);
     }
 
     /// Doorbell BAR write: the doorbell block decodes it into a request for the block
@@ -658,26 +646,28 @@ impl Device {
         let Some(request) = self.doorbells.write(&mut services!(self), offset, data) else {
             return;
         };
-        self.probes.observe(Port::Doorbell, self.scheduler.now(), || {
-            let (target, number, value) = match request {
-                DoorbellRequest::QueuePair {
-                    qpn,
-                    queue: WorkQueue::Send,
-                    producer_index,
-                } => (DoorbellTarget::SendQueue, qpn, u64::from(producer_index)),
-                DoorbellRequest::QueuePair {
-                    qpn,
-                    queue: WorkQueue::Receive,
-                    producer_index,
-                } => (DoorbellTarget::ReceiveQueue, qpn, u64::from(producer_index)),
-                DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => {
-                    (DoorbellTarget::SharedReceiveQueue, srqn, u64::from(producer_index))
-                }
-                DoorbellRequest::CompletionQueue { cqn, word } => (DoorbellTarget::CompletionQueue, cqn, word),
-                DoorbellRequest::EventQueue { word } => (DoorbellTarget::EventQueue, 0, word),
-            };
-            Transaction::Doorbell { target, number, value }
-        });
+        services!(self)
+            .probes
+            .observe(Port::Doorbell, services!(self).scheduler.now(), || {
+                let (target, number, value) = match request {
+                    DoorbellRequest::QueuePair {
+                        qpn,
+                        queue: WorkQueue::Send,
+                        producer_index,
+                    } => (DoorbellTarget::SendQueue, qpn, u64::from(producer_index)),
+                    DoorbellRequest::QueuePair {
+                        qpn,
+                        queue: WorkQueue::Receive,
+                        producer_index,
+                    } => (DoorbellTarget::ReceiveQueue, qpn, u64::from(producer_index)),
+                    DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => {
+                        (DoorbellTarget::SharedReceiveQueue, srqn, u64::from(producer_index))
+                    }
+                    DoorbellRequest::CompletionQueue { cqn, word } => (DoorbellTarget::CompletionQueue, cqn, word),
+                    DoorbellRequest::EventQueue { word } => (DoorbellTarget::EventQueue, 0, word),
+                };
+                Transaction::Doorbell { target, number, value }
+            });
         match request {
             DoorbellRequest::QueuePair {
                 qpn,
@@ -700,21 +690,21 @@ impl Device {
     /// Public so that tests and fuzzers can read every QPC and CQC from host memory as the
     /// device sees it without issuing a command (which does this first).
     pub fn write_back_contexts(&mut self) {
-        self.contexts.write_back(&mut self.bus);
+        objects!(self).contexts.write_back(&mut services!(self).bus);
     }
 
     /// Bus address of object `index` of context table `table`, found as the device finds
     /// it (through the table's BT pages, or the address it remembers): for a testbench's
     /// backdoor reads of contexts. None when the object has no slot or the walk fails.
     pub fn context_address(&mut self, table: ContextTableId, index: u32) -> Option<u64> {
-        self.contexts.address(&self.bus, table, index).ok()
+        objects!(self).contexts.address(&services!(self).bus, table, index).ok()
     }
 
     /// Writes the cached contexts back and forgets them with the CQ buffer records that
     /// lean on them.
     fn drop_context_cache(&mut self) {
-        self.contexts.drop_cache(&mut self.bus);
-        self.cqs.forget_buffers();
+        objects!(self).contexts.drop_cache(&mut services!(self).bus);
+        qp_wiring!(self).cqs.forget_buffers();
     }
 }
 
@@ -723,17 +713,17 @@ impl Device {
 impl Device {
     /// CREATE_MPT.
     pub(crate) fn create_mpt(&mut self, index: u32, mpt: Mpt) -> Result<(), Rejection> {
-        self.mpt.create(&mut objects!(self), index, mpt)
+        self.transport.io.mpt.create(&mut objects!(self), index, mpt)
     }
 
     /// DESTROY_MPT.
     pub(crate) fn destroy_mpt(&mut self, index: u32) -> Result<(), Rejection> {
-        self.mpt.destroy(&mut objects!(self), index)
+        self.transport.io.mpt.destroy(&mut objects!(self), index)
     }
 
     /// QUERY_MPT.
     pub(crate) fn query_mpt(&mut self, index: u32) -> Result<Mpt, Rejection> {
-        self.mpt.query(&mut objects!(self), index)
+        self.transport.io.mpt.query(&mut objects!(self), index)
     }
 
     /// Checks an access of `length` bytes at IOVA `address` through `key` for a QP in
@@ -748,7 +738,9 @@ impl Device {
         length: u64,
         needed: MrAccess,
     ) -> Result<MrTranslation, MrAccessError> {
-        self.mpt
+        self.transport
+            .io
+            .mpt
             .check_access(&mut objects!(self), key, pd, address, length, needed)
     }
 }
@@ -756,124 +748,130 @@ impl Device {
 impl Device {
     /// CREATE_CEQC / CREATE_AEQC.
     pub(crate) fn create_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc) -> Result<(), Rejection> {
-        self.eqs.create(eqn, kind, eqc)
+        objects!(self).eqs.create(eqn, kind, eqc)
     }
 
     /// MODIFY_CEQC / MODIFY_AEQC.
     pub(crate) fn modify_eq(&mut self, eqn: u32, kind: EqKind, eqc: Eqc, mask: Eqc) -> Result<(), Rejection> {
-        self.eqs.modify(&mut services!(self), eqn, kind, eqc, mask)
+        objects!(self).eqs.modify(&mut services!(self), eqn, kind, eqc, mask)
     }
 
     /// QUERY_CEQC / QUERY_AEQC.
     pub(crate) fn query_eq(&mut self, eqn: u32, kind: EqKind) -> Result<Eqc, Rejection> {
-        self.eqs.query(eqn, kind)
+        objects!(self).eqs.query(eqn, kind)
     }
 
     /// DESTROY_CEQC / DESTROY_AEQC.
     pub(crate) fn destroy_eq(&mut self, eqn: u32, kind: EqKind) -> Result<(), Rejection> {
-        self.eqs.destroy(eqn, kind)
+        objects!(self).eqs.destroy(eqn, kind)
     }
 
     /// A CEQE for CQ `cqn` on CEQ `ceqn`.
     #[cfg(test)]
     pub(crate) fn post_completion_event(&mut self, ceqn: u32, cqn: u32) {
-        self.eqs.post_completion_event(&mut services!(self), ceqn, cqn);
+        objects!(self)
+            .eqs
+            .post_completion_event(&mut services!(self), ceqn, cqn);
     }
 
     /// An AEQE.
     #[cfg(test)]
     pub(crate) fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
-        self.eqs
+        objects!(self)
+            .eqs
             .post_async_event(&mut services!(self), event, sub_type, queue_number);
     }
 
     /// A mailbox-completion AEQE.
     #[cfg(test)]
     pub(crate) fn post_mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
-        self.eqs
+        objects!(self)
+            .eqs
             .post_mailbox_event(&mut services!(self), token, status, out_param);
     }
 
     /// The EQ doorbell.
     pub(crate) fn eq_doorbell(&mut self, word: u64) {
-        self.eqs.doorbell(&mut services!(self), word);
+        objects!(self).eqs.doorbell(&mut services!(self), word);
     }
 
     /// MSI-X vector of EQ `eqn`.
     #[cfg(test)]
     pub(crate) fn eq_vector(&self, eqn: u32) -> u16 {
-        self.eqs.vector(eqn)
+        objects!(self).eqs.vector(eqn)
     }
 
     /// Number of created EQs (for the device's resource accounting and leak checks).
     pub fn active_eq_count(&self) -> usize {
-        self.eqs.active_count()
+        objects!(self).eqs.active_count()
     }
 }
 
 impl Device {
     /// CREATE_CQC.
     pub(crate) fn create_cq(&mut self, cqn: u32, cqc: Cqc) -> Result<(), Rejection> {
-        self.cqs.create(&mut objects!(self), cqn, cqc)
+        qp_wiring!(self).cqs.create(&mut objects!(self), cqn, cqc)
     }
 
     /// MODIFY_CQC.
     pub(crate) fn modify_cq(&mut self, cqn: u32, cqc: Cqc, mask: Cqc) -> Result<(), Rejection> {
-        self.cqs.modify(&mut objects!(self), cqn, cqc, mask)
+        qp_wiring!(self).cqs.modify(&mut objects!(self), cqn, cqc, mask)
     }
 
     /// QUERY_CQC.
     pub(crate) fn query_cq(&mut self, cqn: u32) -> Result<Cqc, Rejection> {
-        self.cqs.query(&mut objects!(self), cqn)
+        qp_wiring!(self).cqs.query(&mut objects!(self), cqn)
     }
 
     /// DESTROY_CQC.
     pub(crate) fn destroy_cq(&mut self, cqn: u32) -> Result<(), Rejection> {
-        self.cqs.destroy(&mut objects!(self), cqn)
+        qp_wiring!(self).cqs.destroy(&mut objects!(self), cqn)
     }
 
     /// Whether CQ `cqn` exists and is valid.
     #[cfg(test)]
     pub(crate) fn cq_is_valid(&mut self, cqn: u32) -> bool {
-        self.cqs.is_valid(&mut objects!(self), cqn)
+        qp_wiring!(self).cqs.is_valid(&mut objects!(self), cqn)
     }
 
     /// A CQ doorbell (set CI, arm).
     pub(crate) fn cq_doorbell(&mut self, cqn: u32, word: u64) {
-        self.cqs.doorbell(&mut objects!(self), cqn, word);
+        qp_wiring!(self).cqs.doorbell(&mut objects!(self), cqn, word);
     }
 
     /// A CQE for CQ `cqn`.
     #[cfg(test)]
     pub(crate) fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
-        self.cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
+        qp_wiring!(self).cqs.post_cqe(&mut objects!(self), cqn, cqe, solicited)
     }
 }
 
 impl Device {
     /// CREATE_SRQ.
     pub(crate) fn create_srq(&mut self, srqn: u32, srqc: Srqc) -> Result<(), Rejection> {
-        self.srqs.create(&mut objects!(self), srqn, srqc)
+        qp_wiring!(self).srqs.create(&mut objects!(self), srqn, srqc)
     }
 
     /// MODIFY_SRQC.
     pub(crate) fn modify_srq(&mut self, srqn: u32, srqc: Srqc, mask: Srqc) -> Result<(), Rejection> {
-        self.srqs.modify(&mut objects!(self), srqn, srqc, mask)
+        qp_wiring!(self).srqs.modify(&mut objects!(self), srqn, srqc, mask)
     }
 
     /// QUERY_SRQC.
     pub(crate) fn query_srq(&mut self, srqn: u32) -> Result<Srqc, Rejection> {
-        self.srqs.query(&mut objects!(self), srqn)
+        qp_wiring!(self).srqs.query(&mut objects!(self), srqn)
     }
 
     /// DESTROY_SRQ.
     pub(crate) fn destroy_srq(&mut self, srqn: u32) -> Result<(), Rejection> {
-        self.srqs.destroy(&mut objects!(self), srqn)
+        qp_wiring!(self).srqs.destroy(&mut objects!(self), srqn)
     }
 
     /// The SRQ doorbell.
     pub(crate) fn srq_doorbell(&mut self, srqn: u32, producer_index: u16) {
-        self.srqs.doorbell(&mut objects!(self), srqn, producer_index);
+        qp_wiring!(self)
+            .srqs
+            .doorbell(&mut objects!(self), srqn, producer_index);
     }
 }
 
@@ -882,21 +880,26 @@ impl Device {
     /// the transition; a move to ERR is then flushed (after the transport dropped its
     /// WQEs, so the flush covers them too).
     pub(crate) fn modify_qp(&mut self, qpn: u32, context: Qpc, mask: Qpc) -> Result<(), Rejection> {
-        let transition = self.qps.modify(&mut qp_wiring!(self), qpn, context, mask)?;
-        self.probes
-            .observe(Port::QpState, self.scheduler.now(), || Transaction::QpState {
-                qpn,
-                from: transition.from,
-                to: transition.to,
+        let transition = self
+            .transport
+            .io
+            .qps
+            .modify(&mut qp_wiring!(self), qpn, context, mask)?;
+        services!(self)
+            .probes
+            .observe(Port::QpState, services!(self).scheduler.now(), || {
+                Transaction::QpState {
+                    qpn,
+                    from: transition.from,
+                    to: transition.to,
+                }
             });
-        self.transport.engine(transport_wiring!(self)).qp_modified(
-            qpn,
-            transition.from,
-            transition.to,
-            &transition.qpc,
-        );
+        self.transport
+            .qp_modified(qpn, transition.from, transition.to, &transition.qpc);
         if transition.to == QpState::Err {
-            self.qps
+            self.transport
+                .io
+                .qps
                 .flush(&mut qp_wiring!(self), qpn, transition.address, transition.qpc);
         }
         Ok(())
@@ -904,23 +907,24 @@ impl Device {
 
     /// QUERY_QPC.
     pub(crate) fn query_qp(&mut self, qpn: u32) -> Result<Qpc, Rejection> {
-        self.qps.query(&mut qp_wiring!(self), qpn)
+        self.transport.io.qps.query(&mut qp_wiring!(self), qpn)
     }
 
     /// An SQ or RQ doorbell: the QP block checks it; what it moved goes to the transport
     /// (or, for a QP in ERR, is flushed).
     pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
-        match self.qps.doorbell(&mut qp_wiring!(self), qpn, queue, producer_index) {
+        match self
+            .transport
+            .io
+            .qps
+            .doorbell(&mut qp_wiring!(self), qpn, queue, producer_index)
+        {
             DoorbellOutcome::Done => {}
-            DoorbellOutcome::Flush { address, qpc } => self.qps.flush(&mut qp_wiring!(self), qpn, address, qpc),
-            DoorbellOutcome::SendQueue(producer_index) => self
-                .transport
-                .engine(transport_wiring!(self))
-                .sq_doorbell(qpn, producer_index),
-            DoorbellOutcome::ReceiveQueue(producer_index) => self
-                .transport
-                .engine(transport_wiring!(self))
-                .rq_doorbell(qpn, producer_index),
+            DoorbellOutcome::Flush { address, qpc } => {
+                self.transport.io.qps.flush(&mut qp_wiring!(self), qpn, address, qpc)
+            }
+            DoorbellOutcome::SendQueue(producer_index) => self.transport.sq_doorbell(qpn, producer_index),
+            DoorbellOutcome::ReceiveQueue(producer_index) => self.transport.rq_doorbell(qpn, producer_index),
         }
     }
 }
@@ -934,14 +938,17 @@ impl Device {
             return;
         };
         let result = self.object_command(command);
-        self.probes
-            .observe(Port::Mailbox, self.scheduler.now(), || Transaction::Mailbox {
-                opcode,
-                tag: post.tag(),
-                status: match &result {
-                    Ok(_) => MailboxCompletion::Success,
-                    Err(rejection) => rejection.status,
-                },
+        services!(self)
+            .probes
+            .observe(Port::Mailbox, services!(self).scheduler.now(), || {
+                Transaction::Mailbox {
+                    opcode,
+                    tag: post.tag(),
+                    status: match &result {
+                        Ok(_) => MailboxCompletion::Success,
+                        Err(rejection) => rejection.status,
+                    },
+                }
             });
         self.firmware
             .finish_mailbox(&mut firmware_wiring!(self), post, opcode, result);
@@ -981,9 +988,12 @@ impl Device {
     /// The next Ethernet frame (without FCS) the device has transmitted, if any.
     #[inline]
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        let frame = self.transport.poll_transmit()?;
-        self.probes
-            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameOut(&frame));
+        let frame = self.transport.io.port.poll_transmit()?;
+        services!(self)
+            .probes
+            .observe(Port::Network, services!(self).scheduler.now(), || {
+                Transaction::FrameOut(&frame)
+            });
         Some(frame)
     }
 
@@ -991,76 +1001,81 @@ impl Device {
     /// process it when it has been through the receive pipeline (at once with zero
     /// receive-side costs, e.g. the `ideal` preset).
     pub fn receive_frame(&mut self, frame: &[u8]) {
-        self.probes
-            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameIn(frame));
-        self.transport.engine(transport_wiring!(self)).receive_frame(frame);
+        services!(self)
+            .probes
+            .observe(Port::Network, services!(self).scheduler.now(), || {
+                Transaction::FrameIn(frame)
+            });
+        self.transport.receive_frame(frame);
     }
 
     /// [`receive_frame`](Self::receive_frame) of a frame in a buffer the device may keep:
     /// a frame that waits for the receive pipeline stays in it (no copy). Returns a buffer
     /// for the caller to reuse: this one, or a spare from the device's pool.
     pub fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
-        self.probes
-            .observe(Port::Network, self.scheduler.now(), || Transaction::FrameIn(&frame));
-        self.transport
-            .engine(transport_wiring!(self))
-            .receive_frame_owned(frame)
+        services!(self)
+            .probes
+            .observe(Port::Network, services!(self).scheduler.now(), || {
+                Transaction::FrameIn(&frame)
+            });
+        self.transport.receive_frame_owned(frame)
     }
 
     /// Returns a buffer obtained from [`Device::poll_transmit`] for reuse, so the data
     /// path does not allocate per packet.
     pub fn recycle_frame(&mut self, buffer: Vec<u8>) {
-        self.transport.recycle_frame(buffer);
+        self.transport.io.port.recycle_frame(buffer);
     }
 
     /// What the transport counted.
     pub fn transport_counters(&self) -> TransportCounters {
-        self.transport.counters()
+        let port = self.transport.io.port.counters();
+        TransportCounters {
+            frames_transmitted: port.frames_transmitted,
+            frames_received: port.frames_received,
+            loopback_frames: port.loopback_frames,
+            transmit_overflows: port.transmit_overflows,
+            ..self.transport.transport.counters()
+        }
     }
 
     /// The GID table as configured by the driver.
     pub fn gid_table(&self) -> &[Option<GidTableEntry>] {
-        self.port.gids()
+        self.transport.io.port.addresses().gids()
     }
 
     /// The source-MAC table.
     pub fn smac_table(&self) -> &[Option<[u8; 6]>] {
-        self.port.smacs()
+        self.transport.io.port.addresses().smacs()
     }
 }
 
 // ---- wiring: each block's Io bound to the blocks and services that serve it -------------------
 //
 // A block's `Io` trait (in its own folder) is everything it may reach; the structs here
-// bind those traits to the blocks below it and to the services. They only borrow: the
-// top builds one for each request it routes.
+// bind those traits to the blocks below it and to the services. They own those blocks,
+// nested by floor (`TransportWiring` holds the QP block's `QpWiring`, which holds the
+// object blocks' `Objects`, which holds the `Services`), so the top hands a block its
+// wiring as one reference: no wiring is built per request, and a block reaches each
+// service through that one reference (the 8-byte WRITE's fixed cost per message,
+// docs/benchmarks.md).
 
 /// The services every block is handed: the MTT, the bus, the timing model, the scheduler
 /// (for the blocks' timers) and diagnostics. The event block needs nothing else.
-struct Services<'a> {
-    translation: &'a mut TranslationCache,
-    bus: &'a mut Bus,
-    timing: &'a mut TimingModel,
-    scheduler: &'a mut Scheduler<Event>,
-    diagnostics: &'a mut DiagnosticLog,
-    /// The observers of the ports the top routes.
-    probes: &'a mut Probes,
+pub(crate) struct Services {
+    /// The MTT cache: page translations, forgotten with the MPT cache.
+    pub(crate) translation: TranslationCache,
+    /// Host memory behind the bus-master gate: every DMA access.
+    pub(crate) bus: Bus,
+    /// The timing model: parameters, caches, per-stage totals.
+    pub(crate) timing: TimingModel,
+    pub(crate) scheduler: Scheduler<Event>,
+    pub(crate) diagnostics: DiagnosticLog,
+    /// The observers of the ports the top routes (the bus has its own).
+    pub(crate) probes: Probes,
 }
 
-impl Services<'_> {
-    /// The same borrows, for a call into a block below.
-    #[inline]
-    fn reborrow(&mut self) -> Services<'_> {
-        Services {
-            translation: self.translation,
-            bus: self.bus,
-            timing: self.timing,
-            scheduler: self.scheduler,
-            diagnostics: self.diagnostics,
-            probes: self.probes,
-        }
-    }
-
+impl Services {
     /// Shows `port`'s transaction to its observer, if it has one.
     #[inline]
     fn observe<'t>(&mut self, port: Port, describe: impl FnOnce() -> Transaction<'t>) {
@@ -1069,7 +1084,7 @@ impl Services<'_> {
 
     #[inline]
     fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
-        self.translation.translate_on(self.bus, mtr, offset)
+        self.translation.translate_on(&self.bus, mtr, offset)
     }
 
     fn diagnose(&mut self, source: Source, object: String, field: &'static str, value: u64, expected: String) {
@@ -1084,7 +1099,7 @@ impl Services<'_> {
     }
 }
 
-impl crate::doorbell::Io for Services<'_> {
+impl crate::doorbell::Io for Services {
     fn diagnose(
         &mut self,
         source: Source,
@@ -1097,7 +1112,7 @@ impl crate::doorbell::Io for Services<'_> {
     }
 }
 
-impl crate::eq::Io for Services<'_> {
+impl crate::eq::Io for Services {
     #[inline]
     fn translate(&mut self, mtr: &Mtr, offset: u64) -> Option<Result<u64, MttError>> {
         Services::translate(self, mtr, offset)
@@ -1114,7 +1129,7 @@ impl crate::eq::Io for Services<'_> {
 
     #[inline]
     fn timing(&mut self) -> &mut TimingModel {
-        self.timing
+        &mut self.timing
     }
 
     fn schedule_in(&mut self, delay: Picoseconds, timer: crate::eq::Timer) {
@@ -1128,13 +1143,14 @@ impl crate::eq::Io for Services<'_> {
 
 /// What the object blocks (memory protection, CQs, SRQs) are bound to: the services, the
 /// context block and the event block their events go to.
-struct Objects<'a> {
-    services: Services<'a>,
-    contexts: &'a mut Contexts,
-    eqs: &'a mut EventQueues,
+pub(crate) struct Objects {
+    pub(crate) services: Services,
+    /// The context tables, their write-back QPC/CQC cache and the recorded QP progress.
+    pub(crate) contexts: Contexts,
+    pub(crate) eqs: EventQueues,
 }
 
-impl Objects<'_> {
+impl Objects {
     /// An AEQE request to the event block, shown to the event port's observer.
     fn post_async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
         self.services.observe(Port::Event, || Transaction::AsyncEvent {
@@ -1143,39 +1159,33 @@ impl Objects<'_> {
             queue_number,
         });
         self.eqs
-            .post_async_event(&mut self.services.reborrow(), event, sub_type, queue_number);
-    }
-
-    /// The same borrows, for a call into a block below.
-    #[inline]
-    fn reborrow(&mut self) -> Objects<'_> {
-        Objects {
-            services: self.services.reborrow(),
-            contexts: self.contexts,
-            eqs: self.eqs,
-        }
+            .post_async_event(&mut self.services, event, sub_type, queue_number);
     }
 }
 
 /// What the QP block is bound to: the object blocks' wiring, and the CQ and SRQ blocks
 /// it asks and feeds.
-struct QpWiring<'a> {
-    objects: Objects<'a>,
-    cqs: &'a mut CompletionQueues,
-    srqs: &'a mut SharedReceiveQueues,
+pub(crate) struct QpWiring {
+    pub(crate) objects: Objects,
+    /// Completion queues: CQEs, CQ doorbells, the CQ mailbox commands.
+    pub(crate) cqs: CompletionQueues,
+    /// Shared receive queues.
+    pub(crate) srqs: SharedReceiveQueues,
 }
 
-impl crate::qp::Io for QpWiring<'_> {
+impl crate::qp::Io for QpWiring {
     #[inline]
     fn read_qpc(&mut self, qpn: u32) -> Result<(Qpc, u64), Rejection> {
         self.objects
             .contexts
-            .read(self.objects.services.bus, ContextTableId::Qpc, qpn)
+            .read(&mut self.objects.services.bus, ContextTableId::Qpc, qpn)
     }
 
     #[inline]
     fn write_qpc(&mut self, address: u64, qpc: &Qpc) -> Result<(), Rejection> {
-        self.objects.contexts.write(self.objects.services.bus, address, qpc)
+        self.objects
+            .contexts
+            .write(&mut self.objects.services.bus, address, qpc)
     }
 
     #[inline]
@@ -1202,11 +1212,11 @@ impl crate::qp::Io for QpWiring<'_> {
     }
 
     fn cq_is_valid(&mut self, cqn: u32) -> bool {
-        self.cqs.is_valid(&mut self.objects.reborrow(), cqn)
+        self.cqs.is_valid(&mut self.objects, cqn)
     }
 
     fn srq_is_valid(&mut self, srqn: u32) -> bool {
-        self.srqs.is_valid(&mut self.objects.reborrow(), srqn)
+        self.srqs.is_valid(&mut self.objects, srqn)
     }
 
     fn post_cqe(&mut self, cqn: u32, cqe: Cqe, solicited: bool) {
@@ -1222,12 +1232,12 @@ impl crate::qp::Io for QpWiring<'_> {
 /// event block (abnormal interrupt, mailbox events, FUNC_CLEAR), the caches of the CQ and
 /// MPT blocks it forgets, the port's address tables, and the top's FATAL register.
 struct FirmwareWiring<'a> {
-    services: Services<'a>,
+    services: &'a mut Services,
     contexts: &'a mut Contexts,
     eqs: &'a mut EventQueues,
     cqs: &'a mut CompletionQueues,
     mpt: &'a mut MemoryProtection,
-    addresses: &'a mut PortAddresses,
+    port: &'a mut NetworkPort,
     registers: &'a mut ControlRegisters,
 }
 
@@ -1267,14 +1277,14 @@ impl crate::firmware::Io for FirmwareWiring<'_> {
     }
 
     fn forget_caches(&mut self) {
-        self.contexts.forget(self.services.bus);
+        self.contexts.forget(&mut self.services.bus);
         self.cqs.forget_buffers();
         self.mpt.forget();
         self.services.translation.clear();
     }
 
     fn write_back_contexts(&mut self) {
-        self.contexts.write_back(self.services.bus);
+        self.contexts.write_back(&mut self.services.bus);
     }
 
     fn context_slots_in_use(&self) -> usize {
@@ -1297,7 +1307,7 @@ impl crate::firmware::Io for FirmwareWiring<'_> {
         address: u64,
     ) -> Result<Option<u64>, Rejection> {
         self.contexts
-            .base_address_table(self.services.bus, table, command, level, index, address)
+            .base_address_table(&self.services.bus, table, command, level, index, address)
     }
 
     fn clear_function(&mut self) {
@@ -1308,20 +1318,19 @@ impl crate::firmware::Io for FirmwareWiring<'_> {
     fn mailbox_event(&mut self, token: u16, status: u8, out_param: u64) {
         self.services
             .observe(Port::Event, || Transaction::MailboxEvent { token, status });
-        self.eqs
-            .post_mailbox_event(&mut self.services.reborrow(), token, status, out_param);
+        self.eqs.post_mailbox_event(self.services, token, status, out_param);
     }
 
     fn addresses(&mut self) -> &mut PortAddresses {
-        self.addresses
+        self.port.addresses_mut()
     }
 }
 
-impl QpWiring<'_> {
+impl QpWiring {
     /// A CQE to the CQ block, shown to the completion port's observer.
     #[inline]
     fn post_cqe_observed(&mut self, cqn: u32, cqe: Cqe, solicited: bool) -> Result<(), CqError> {
-        let result = self.cqs.post_cqe(&mut self.objects.reborrow(), cqn, cqe, solicited);
+        let result = self.cqs.post_cqe(&mut self.objects, cqn, cqe, solicited);
         self.objects.services.observe(Port::Completion, || Transaction::Cqe {
             cqn,
             cqe: &cqe,
@@ -1330,41 +1339,34 @@ impl QpWiring<'_> {
         });
         result
     }
-
-    /// The same borrows, for a call into a block below.
-    #[inline]
-    fn reborrow(&mut self) -> QpWiring<'_> {
-        QpWiring {
-            objects: self.objects.reborrow(),
-            cqs: self.cqs,
-            srqs: self.srqs,
-        }
-    }
 }
 
 /// What the transport is bound to: everything below it (the QP block and what the QP
 /// block is bound to, the memory-protection block).
-struct TransportWiring<'a> {
-    qp: QpWiring<'a>,
-    mpt: &'a mut MemoryProtection,
-    qps: &'a mut QueuePairs,
-    port: &'a PortAddresses,
+pub(crate) struct TransportWiring {
+    pub(crate) qp: QpWiring,
+    /// Memory protection: the MPT cache and the access checks.
+    pub(crate) mpt: MemoryProtection,
+    /// Queue pairs: the state machine, SQ/RQ doorbells, the flush.
+    pub(crate) qps: QueuePairs,
+    /// The port: address tables, transmit and receive pipelines, frame buffers.
+    pub(crate) port: NetworkPort,
 }
 
-impl crate::transport::Io for TransportWiring<'_> {
+impl crate::transport::Io for TransportWiring {
     #[inline]
     fn now(&self) -> Picoseconds {
         self.qp.objects.services.scheduler.now()
     }
 
     #[inline]
-    fn port(&self) -> &PortAddresses {
-        self.port
+    fn port(&mut self) -> &mut NetworkPort {
+        &mut self.port
     }
 
     #[inline]
     fn timing(&mut self) -> &mut TimingModel {
-        self.qp.objects.services.timing
+        &mut self.qp.objects.services.timing
     }
 
     #[inline]
@@ -1417,13 +1419,27 @@ impl crate::transport::Io for TransportWiring<'_> {
         buffer: &mut [u8],
     ) -> Result<(), DmaFault> {
         let services = &mut self.qp.objects.services;
-        crate::mtt::read_buffer(services.translation, services.bus, mtr, offset, first_bus, buffer)
+        crate::mtt::read_buffer(
+            &mut services.translation,
+            &mut services.bus,
+            mtr,
+            offset,
+            first_bus,
+            buffer,
+        )
     }
 
     #[inline]
     fn write_buffer(&mut self, mtr: &Mtr, offset: u64, first_bus: Option<u64>, data: &[u8]) -> Result<(), DmaFault> {
         let services = &mut self.qp.objects.services;
-        crate::mtt::write_buffer(services.translation, services.bus, mtr, offset, first_bus, data)
+        crate::mtt::write_buffer(
+            &mut services.translation,
+            &mut services.bus,
+            mtr,
+            offset,
+            first_bus,
+            data,
+        )
     }
 
     #[inline]
@@ -1442,7 +1458,7 @@ impl crate::transport::Io for TransportWiring<'_> {
     ) -> Result<MrTranslation, MrAccessError> {
         let result = self
             .mpt
-            .check_access(&mut self.qp.objects.reborrow(), key, pd, address, length, needed);
+            .check_access(&mut self.qp.objects, key, pd, address, length, needed);
         self.qp
             .objects
             .services
@@ -1458,7 +1474,7 @@ impl crate::transport::Io for TransportWiring<'_> {
     }
 
     fn invalidate_rkey(&mut self, rkey: u32, pd: u32) -> Result<(), String> {
-        let result = self.mpt.invalidate(&mut self.qp.objects.reborrow(), rkey, pd);
+        let result = self.mpt.invalidate(&mut self.qp.objects, rkey, pd);
         self.qp
             .objects
             .services
@@ -1470,7 +1486,7 @@ impl crate::transport::Io for TransportWiring<'_> {
     }
 
     fn srq_take_wqe(&mut self, srqn: u32) -> Option<SrqWqe> {
-        let taken = self.qp.srqs.take_wqe(&mut self.qp.objects.reborrow(), srqn);
+        let taken = self.qp.srqs.take_wqe(&mut self.qp.objects, srqn);
         self.qp
             .objects
             .services
@@ -1491,7 +1507,7 @@ impl crate::transport::Io for TransportWiring<'_> {
     }
 
     fn qp_enter_error(&mut self, qpn: u32) -> Option<crate::qp::Transition> {
-        let transition = self.qps.enter_error(&mut self.qp.reborrow(), qpn)?;
+        let transition = self.qps.enter_error(&mut self.qp, qpn)?;
         self.qp
             .objects
             .services
@@ -1504,19 +1520,19 @@ impl crate::transport::Io for TransportWiring<'_> {
     }
 
     fn qp_flush(&mut self, qpn: u32, address: u64, qpc: Qpc) {
-        self.qps.flush(&mut self.qp.reborrow(), qpn, address, qpc);
+        self.qps.flush(&mut self.qp, qpn, address, qpc);
     }
 }
 
-impl crate::mpt::Io for Objects<'_> {
+impl crate::mpt::Io for Objects {
     #[inline]
     fn read_mpt(&mut self, index: u32) -> Result<(Mpt, u64), Rejection> {
-        self.contexts.read(self.services.bus, ContextTableId::Mpt, index)
+        self.contexts.read(&mut self.services.bus, ContextTableId::Mpt, index)
     }
 
     #[inline]
     fn write_mpt(&mut self, address: u64, mpt: &Mpt) -> Result<(), Rejection> {
-        self.contexts.write(self.services.bus, address, mpt)
+        self.contexts.write(&mut self.services.bus, address, mpt)
     }
 
     #[inline]
@@ -1530,10 +1546,10 @@ impl crate::mpt::Io for Objects<'_> {
     }
 }
 
-impl crate::cq::Io for Objects<'_> {
+impl crate::cq::Io for Objects {
     #[inline]
     fn read_cqc(&mut self, cqn: u32) -> Result<(Cqc, u64), Rejection> {
-        self.contexts.read(self.services.bus, ContextTableId::Cqc, cqn)
+        self.contexts.read(&mut self.services.bus, ContextTableId::Cqc, cqn)
     }
 
     #[inline]
@@ -1546,7 +1562,7 @@ impl crate::cq::Io for Objects<'_> {
 
     #[inline]
     fn write_cqc(&mut self, address: u64, cqc: &Cqc) -> Result<(), Rejection> {
-        self.contexts.write(self.services.bus, address, cqc)
+        self.contexts.write(&mut self.services.bus, address, cqc)
     }
 
     #[inline]
@@ -1592,7 +1608,7 @@ impl crate::cq::Io for Objects<'_> {
     fn completion_event(&mut self, ceqn: u32, cqn: u32) {
         self.services
             .observe(Port::Event, || Transaction::CompletionEvent { ceqn, cqn });
-        self.eqs.post_completion_event(&mut self.services.reborrow(), ceqn, cqn);
+        self.eqs.post_completion_event(&mut self.services, ceqn, cqn);
     }
 
     fn async_event(&mut self, event: AsyncEventType, sub_type: u8, queue_number: u32) {
@@ -1600,15 +1616,15 @@ impl crate::cq::Io for Objects<'_> {
     }
 }
 
-impl crate::srq::Io for Objects<'_> {
+impl crate::srq::Io for Objects {
     #[inline]
     fn read_srqc(&mut self, srqn: u32) -> Result<(Srqc, u64), Rejection> {
-        self.contexts.read(self.services.bus, ContextTableId::Srqc, srqn)
+        self.contexts.read(&mut self.services.bus, ContextTableId::Srqc, srqn)
     }
 
     #[inline]
     fn write_srqc(&mut self, address: u64, srqc: &Srqc) -> Result<(), Rejection> {
-        self.contexts.write(self.services.bus, address, srqc)
+        self.contexts.write(&mut self.services.bus, address, srqc)
     }
 
     #[inline]
@@ -1618,7 +1634,14 @@ impl crate::srq::Io for Objects<'_> {
 
     #[inline]
     fn read_buffer(&mut self, mtr: &Mtr, offset: u64, buffer: &mut [u8]) -> Result<(), DmaFault> {
-        crate::mtt::read_buffer(self.services.translation, self.services.bus, mtr, offset, None, buffer)
+        crate::mtt::read_buffer(
+            &mut self.services.translation,
+            &mut self.services.bus,
+            mtr,
+            offset,
+            None,
+            buffer,
+        )
     }
 
     fn diagnose(

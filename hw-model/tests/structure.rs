@@ -25,7 +25,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("requests from the driver", &["firmware", "doorbell"]),
     ("the RoCEv2 engines and the port", &["transport"]),
     ("queue pairs", &["qp"]),
-    ("objects and the port's address tables", &["srq", "cq", "mpt", "port"]),
+    ("objects and the port", &["srq", "cq", "mpt", "port"]),
     ("events and interrupts", &["eq"]),
     ("context tables and translation", &["hem", "mtt"]),
     (

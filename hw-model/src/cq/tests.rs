@@ -539,7 +539,10 @@ fn a_function_reset_leaves_the_cached_progress_in_host_memory() {
         .device
         .bar_write(regs::CONTROL_BAR, regs::FUNCTION_RESET, &1u32.to_le_bytes());
     assert_eq!(cqc_in_host_memory(&bench, 2).producer_index(), 3);
-    assert!(bench.device.contexts.cache_is_empty(), "a reset forgets every context");
+    assert!(
+        bench.device.transport.io.qp.objects.contexts.cache_is_empty(),
+        "a reset forgets every context"
+    );
 }
 
 #[test]

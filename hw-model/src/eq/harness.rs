@@ -93,7 +93,14 @@ impl Bench {
             buffer_page_shift: 16,
             hop: 0,
         };
-        let cqc = bench.device.contexts.table_mut(ContextTable::Cqc);
+        let cqc = bench
+            .device
+            .transport
+            .io
+            .qp
+            .objects
+            .contexts
+            .table_mut(ContextTable::Cqc);
         cqc.set_attributes(attributes).expect("CQC attributes");
         cqc.write_base_address(0, 0, CQC_TABLE).expect("CQC L0 slot");
         bench
@@ -151,7 +158,7 @@ impl Bench {
 
     /// EQN of the AEQ.
     pub(crate) fn aeqn(&self) -> u32 {
-        self.device.eqs.aeq_number()
+        self.device.transport.io.qp.objects.eqs.aeq_number()
     }
 
     /// Creates CEQ `eqn` of `1 << shift` compact entries in direct mode, always armed,

@@ -104,12 +104,12 @@ impl Port for Device {
 
     #[inline]
     fn now(&self) -> Picoseconds {
-        self.scheduler.now()
+        Device::now(self)
     }
 
     #[inline]
     fn next_event_time(&self) -> Option<Picoseconds> {
-        self.scheduler.next_event_time()
+        Device::next_event_time(self)
     }
 
     #[inline]

@@ -1,114 +1,253 @@
-//! The port's address tables: the GID table and the source-MAC table, as the driver
-//! configures them through the firmware (CFG_SGID_TB, CFG_SMAC_TB).
+//! The port: the device's network interface between the transport's engines and the wire.
 //!
-//! The block ([`PortAddresses`]) owns both tables and the port's own MAC address. It
-//! accepts table reads and writes from the firmware (through the firmware's `Io`) and
-//! answers the transport's lookups: the source GID and MAC of a packet, and whether a
-//! received frame's destination MAC or GID is this port's. It needs nothing from any other
-//! block. The port's transmit and receive pipelines (their timing, the frame pool, the
-//! IPv4 identification counter) are still part of the transport block
-//! (`transport::Transport`), whose requester and responder feed them.
+//! The block ([`Port`]) owns
+//! * the address tables ([`PortAddresses`]: GID and source-MAC tables, the port's MAC);
+//! * the transmit pipeline: frames built and not yet off the wire, and until when the
+//!   port is serialising;
+//! * the receive pipeline: received frames waiting for the engines, and the receive
+//!   path's clocks (its PCIe write channel, the last frame's processing time);
+//! * the transmitted frames waiting for the owner's `poll_transmit`;
+//! * the frame-buffer pool (so the data path does not allocate per packet), the IPv4
+//!   identification counter and the port's counters.
+//!
+//! Its interface: the transport (through its `Io`) hands it built frames with the time they
+//! are ready and their serialisation time, takes back the frames whose last bit has left,
+//! books received frames into the receive pipeline and takes them out when due, asks for
+//! frame buffers and IPv4 identifications and looks up addresses; the firmware reads and
+//! writes the address tables; the top hands it frames from and to the network. It needs no
+//! other block and no service: the timing model's charges for the pipelines are made by
+//! the transport, which knows the frame's costs, and the times come with each request.
 
-use rnic_firmware_if::cmdq::GidType;
+mod addresses;
 
-/// One GID table entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GidTableEntry {
-    /// GID bytes in network order.
-    pub gid: [u8; 16],
-    /// GID type.
-    pub gid_type: GidType,
+use std::collections::VecDeque;
+
+pub use addresses::GidTableEntry;
+pub(crate) use addresses::PortAddresses;
+
+use crate::time::Picoseconds;
+
+/// Frame buffers kept for reuse.
+pub(crate) const POOL_LIMIT: usize = 1024;
+/// Transmitted frames kept for `poll_transmit` before the oldest is dropped (nobody is
+/// polling the port).
+pub(crate) const TRANSMIT_QUEUE_LIMIT: usize = 4096;
+/// Capacity a new frame buffer gets: the largest RoCEv2 frame (4 KiB payload and headers).
+const FRAME_CAPACITY: usize = 4096 + 128;
+
+/// What the port counted since power-on or the last function reset (reported with the
+/// transport's counters, `TransportCounters`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PortCounters {
+    /// Frames put on the wire (loopback included).
+    pub frames_transmitted: u64,
+    /// Frames delivered to the port.
+    pub frames_received: u64,
+    /// Frames looped back to the device itself.
+    pub loopback_frames: u64,
+    /// Transmitted frames dropped because nobody polled the port.
+    pub transmit_overflows: u64,
 }
 
-/// The port's address tables: the GID table and the source-MAC table, whose entry 0 is
-/// the port's own MAC address until the driver says otherwise.
+/// The port block: address tables, transmit and receive pipelines, the frames waiting to
+/// be polled, the buffer pool, the IPv4 identification counter, counters.
 #[derive(Debug, Clone)]
-pub(crate) struct PortAddresses {
-    /// GID table.
-    gids: Vec<Option<GidTableEntry>>,
-    /// Source MAC table.
-    smacs: Vec<Option<[u8; 6]>>,
-    /// The port's MAC address (the SMAC of last resort).
-    mac: [u8; 6],
+pub(crate) struct Port {
+    addresses: PortAddresses,
+    /// Frames built and not yet off the wire, with the time their last bit leaves.
+    transmit_pipeline: VecDeque<(Picoseconds, Vec<u8>)>,
+    /// The port is serialising until then.
+    transmit_free: Picoseconds,
+    /// Received frames in the receive pipeline, with the time the engines process them
+    /// and the destination QPN the pipeline read from the BTH.
+    receive_pipeline: VecDeque<(Picoseconds, u32, Vec<u8>)>,
+    /// The receive pipeline's PCIe write channel is busy until then.
+    receive_free: Picoseconds,
+    /// Processing time of the last received frame (frames are processed in order).
+    receive_last: Picoseconds,
+    /// Frames that left the port, for `poll_transmit`.
+    transmitted: VecDeque<Vec<u8>>,
+    /// Free frame buffers.
+    pool: Vec<Vec<u8>>,
+    /// IPv4 identification of the next IPv4 packet.
+    ipv4_identification: u16,
+    counters: PortCounters,
 }
 
-impl PortAddresses {
-    /// The tables after power-on or a function reset: `entries` entries each (at least
-    /// one), SMAC 0 = `mac`.
+impl Port {
+    /// The port after power-on or a function reset: address tables of `entries` entries
+    /// (SMAC 0 = `mac`), empty pipelines and pool.
     pub fn new(entries: usize, mac: [u8; 6]) -> Self {
-        let mut smacs = vec![None; entries.max(1)];
-        smacs[0] = Some(mac);
         Self {
-            gids: vec![None; entries.max(1)],
-            smacs,
-            mac,
+            addresses: PortAddresses::new(entries, mac),
+            transmit_pipeline: VecDeque::with_capacity(32),
+            transmit_free: Picoseconds::ZERO,
+            receive_pipeline: VecDeque::with_capacity(64),
+            receive_free: Picoseconds::ZERO,
+            receive_last: Picoseconds::ZERO,
+            transmitted: VecDeque::with_capacity(256),
+            pool: Vec::with_capacity(64),
+            ipv4_identification: 0,
+            counters: PortCounters::default(),
         }
     }
 
-    /// The GID table.
-    pub fn gids(&self) -> &[Option<GidTableEntry>] {
-        &self.gids
-    }
-
-    /// The source-MAC table.
-    pub fn smacs(&self) -> &[Option<[u8; 6]>] {
-        &self.smacs
-    }
-
-    /// Sets (or, with None, clears) GID entry `index`; false when `index` is outside the
-    /// table.
-    pub fn set_gid(&mut self, index: usize, entry: Option<GidTableEntry>) -> bool {
-        match self.gids.get_mut(index) {
-            Some(slot) => {
-                *slot = entry;
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Sets source-MAC entry `index`; false when `index` is outside the table.
-    pub fn set_smac(&mut self, index: usize, mac: [u8; 6]) -> bool {
-        match self.smacs.get_mut(index) {
-            Some(slot) => {
-                *slot = Some(mac);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The source GID at `index`, if configured.
+    /// The address tables.
     #[inline]
-    pub fn source_gid(&self, index: u16) -> Option<[u8; 16]> {
-        self.gids
-            .get(usize::from(index))
-            .copied()
-            .flatten()
-            .map(|entry| entry.gid)
+    pub fn addresses(&self) -> &PortAddresses {
+        &self.addresses
     }
 
-    /// The source MAC of a packet: the SMAC entry `smac_index` names (UD), else the one
-    /// at the source GID index, else entry 0, else the port's MAC.
+    /// The address tables, for the firmware's table writes.
+    pub fn addresses_mut(&mut self) -> &mut PortAddresses {
+        &mut self.addresses
+    }
+
+    /// What the port counted.
+    pub fn counters(&self) -> PortCounters {
+        self.counters
+    }
+
+    /// The identification field of the next IPv4 header.
     #[inline]
-    pub fn source_mac(&self, smac_index: Option<u8>, sgid_index: u16) -> [u8; 6] {
-        let smacs = &self.smacs;
-        smac_index
-            .map(usize::from)
-            .or(Some(usize::from(sgid_index)))
-            .and_then(|i| smacs.get(i).copied().flatten())
-            .or_else(|| smacs.first().copied().flatten())
-            .unwrap_or(self.mac)
+    pub fn next_ipv4_identification(&mut self) -> u16 {
+        let id = self.ipv4_identification;
+        self.ipv4_identification = id.wrapping_add(1);
+        id
     }
 
-    /// Whether `mac` is one of this port's MAC addresses (SMAC table).
-    pub fn is_local_mac(&self, mac: &[u8; 6]) -> bool {
-        self.smacs.iter().flatten().any(|m| m == mac)
+    // ---- buffers ------------------------------------------------------------------------
+
+    /// An empty frame buffer from the pool.
+    #[inline]
+    pub fn take_buffer(&mut self) -> Vec<u8> {
+        let mut buffer = self.take_frame_buffer();
+        buffer.clear();
+        buffer
     }
 
-    /// Whether `gid` is one of this port's GIDs.
-    pub fn is_local_gid(&self, gid: &[u8; 16]) -> bool {
-        self.gids.iter().flatten().any(|entry| entry.gid == *gid)
+    /// A buffer from the pool that may still hold an old frame's bytes: only for
+    /// `wire::emit_frame_overwriting`, which writes or zeroes every byte it keeps.
+    #[inline]
+    pub fn take_frame_buffer(&mut self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_else(|| Vec::with_capacity(FRAME_CAPACITY))
+    }
+
+    /// Returns a buffer to the pool (kept if the pool has room).
+    #[inline]
+    pub fn give_buffer(&mut self, buffer: Vec<u8>) {
+        if self.pool.len() < POOL_LIMIT {
+            // Not cleared: `take_buffer` clears, and `take_frame_buffer` reuses the bytes.
+            self.pool.push(buffer);
+        }
+    }
+
+    // ---- transmit -----------------------------------------------------------------------
+
+    /// Queues a built frame, ready at `ready`, whose serialisation takes `serialisation`:
+    /// it starts when it is ready and the port is free. Returns when it starts.
+    #[inline]
+    pub fn transmit(&mut self, ready: Picoseconds, serialisation: Picoseconds, frame: Vec<u8>) -> Picoseconds {
+        let start = ready.max(self.transmit_free);
+        let end = start + serialisation;
+        self.transmit_free = end;
+        self.transmit_pipeline.push_back((end, frame));
+        start
+    }
+
+    /// Frames in the transmit pipeline (built, last bit not yet out).
+    #[inline]
+    pub fn transmit_pipeline_len(&self) -> usize {
+        self.transmit_pipeline.len()
+    }
+
+    /// When the oldest frame in the transmit pipeline leaves the port.
+    #[inline]
+    pub fn next_departure(&self) -> Option<Picoseconds> {
+        self.transmit_pipeline.front().map(|(end, _)| *end)
+    }
+
+    /// The oldest frame in the transmit pipeline if its last bit has left by `now`.
+    #[inline]
+    pub fn departed(&mut self, now: Picoseconds) -> Option<Vec<u8>> {
+        if self.transmit_pipeline.front().is_some_and(|(end, _)| *end <= now) {
+            return self.transmit_pipeline.pop_front().map(|(_, frame)| frame);
+        }
+        None
+    }
+
+    /// A frame left the port: counted; a frame for one of the port's own MAC addresses is
+    /// handed back to loop back into the receive side, any other waits for
+    /// [`Port::poll_transmit`] (the oldest is dropped when nobody polls).
+    #[inline]
+    pub fn frame_left(&mut self, frame: Vec<u8>) -> Option<Vec<u8>> {
+        self.counters.frames_transmitted += 1;
+        let destination: [u8; 6] = frame.get(..6).and_then(|mac| mac.try_into().ok()).unwrap_or_default();
+        if self.addresses.is_local_mac(&destination) {
+            self.counters.loopback_frames += 1;
+            return Some(frame);
+        }
+        if self.transmitted.len() >= TRANSMIT_QUEUE_LIMIT {
+            self.counters.transmit_overflows += 1;
+            if let Some(old) = self.transmitted.pop_front() {
+                self.give_buffer(old);
+            }
+        }
+        self.transmitted.push_back(frame);
+        None
+    }
+
+    /// The next Ethernet frame (without FCS) the port has transmitted, if any.
+    #[inline]
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.transmitted.pop_front()
+    }
+
+    /// Returns a buffer obtained from [`Port::poll_transmit`] for reuse.
+    pub fn recycle_frame(&mut self, buffer: Vec<u8>) {
+        self.give_buffer(buffer);
+    }
+
+    // ---- receive ------------------------------------------------------------------------
+
+    /// A frame arrived at `now`: counted; returns when the receive pipeline can start on
+    /// it (now, or when its PCIe write channel is free).
+    #[inline]
+    pub fn receive_start(&mut self, now: Picoseconds) -> Picoseconds {
+        self.counters.frames_received += 1;
+        now.max(self.receive_free)
+    }
+
+    /// Books the frame started at `start`: it holds the PCIe write channel for `link` and
+    /// is processed `latency` after its start, not before the frame ahead of it. Returns
+    /// when it is due.
+    #[inline]
+    pub fn receive_book(&mut self, start: Picoseconds, link: Picoseconds, latency: Picoseconds) -> Picoseconds {
+        self.receive_free = start + link;
+        let due = (start + latency).max(self.receive_last);
+        self.receive_last = due;
+        due
+    }
+
+    /// Whether no received frame waits in the receive pipeline.
+    #[inline]
+    pub fn receive_pipeline_is_empty(&self) -> bool {
+        self.receive_pipeline.is_empty()
+    }
+
+    /// Queues a booked frame, due at `due`, for destination QP `qpn`.
+    #[inline]
+    pub fn queue_received(&mut self, due: Picoseconds, qpn: u32, frame: Vec<u8>) {
+        self.receive_pipeline.push_back((due, qpn, frame));
+    }
+
+    /// The oldest received frame if it is due by `now`, with its QPN.
+    #[inline]
+    pub fn received(&mut self, now: Picoseconds) -> Option<(u32, Vec<u8>)> {
+        if self.receive_pipeline.front().is_some_and(|(due, _, _)| *due <= now) {
+            return self.receive_pipeline.pop_front().map(|(_, qpn, frame)| (qpn, frame));
+        }
+        None
     }
 }
 
@@ -119,59 +258,80 @@ mod tests {
     const MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
 
     #[test]
-    fn after_power_on_smac_0_is_the_port_mac_and_no_gid_is_set() {
-        let port = PortAddresses::new(4, MAC);
-        assert_eq!(port.smacs(), &[Some(MAC), None, None, None]);
-        assert_eq!(port.gids(), &[None; 4]);
-        assert_eq!(port.source_gid(0), None);
-        assert!(port.is_local_mac(&MAC));
+    fn recycled_buffers_are_reused_and_the_pool_is_bounded() {
+        let mut port = Port::new(4, MAC);
+        for _ in 0..POOL_LIMIT + 10 {
+            port.recycle_frame(Vec::with_capacity(64));
+        }
+        assert_eq!(port.pool.len(), POOL_LIMIT);
+        let buffer = port.take_buffer();
+        assert!(buffer.is_empty() && buffer.capacity() >= 64);
     }
 
     #[test]
-    fn an_empty_table_still_has_one_entry() {
-        let port = PortAddresses::new(0, MAC);
-        assert_eq!(port.gids().len(), 1);
-        assert_eq!(port.smacs().len(), 1);
+    fn a_frame_starts_when_ready_and_the_port_is_free_and_leaves_after_its_serialisation() {
+        let mut port = Port::new(4, MAC);
+        assert_eq!(
+            port.transmit(Picoseconds(100), Picoseconds(50), vec![1]),
+            Picoseconds(100)
+        );
+        // Ready earlier than the port is free: it waits for the first to finish.
+        assert_eq!(
+            port.transmit(Picoseconds(120), Picoseconds(50), vec![2]),
+            Picoseconds(150)
+        );
+        assert_eq!(port.transmit_pipeline_len(), 2);
+        assert_eq!(port.next_departure(), Some(Picoseconds(150)));
+        assert_eq!(port.departed(Picoseconds(149)), None);
+        assert_eq!(port.departed(Picoseconds(200)), Some(vec![1]));
+        assert_eq!(port.departed(Picoseconds(200)), Some(vec![2]));
+        assert_eq!(port.departed(Picoseconds(200)), None);
     }
 
     #[test]
-    fn writes_outside_the_tables_are_refused_and_change_nothing() {
-        let mut port = PortAddresses::new(2, MAC);
-        let entry = GidTableEntry {
-            gid: [0xfe; 16],
-            gid_type: GidType::RoceV2Ipv6,
-        };
-        assert!(!port.set_gid(2, Some(entry)));
-        assert!(!port.set_smac(2, [2, 0, 0, 0, 0, 9]));
-        assert_eq!(port.gids(), &[None, None]);
-        assert_eq!(port.smacs(), &[Some(MAC), None]);
+    fn frames_to_the_port_s_own_mac_loop_back_and_others_wait_for_a_poll() {
+        let mut port = Port::new(4, MAC);
+        let mut own = MAC.to_vec();
+        own.extend_from_slice(&[0; 8]);
+        assert_eq!(port.frame_left(own.clone()), Some(own));
+        let other = vec![0x02, 0, 0, 0, 0, 9, 0, 0];
+        assert_eq!(port.frame_left(other.clone()), None);
+        assert_eq!(port.poll_transmit(), Some(other));
+        assert_eq!(port.poll_transmit(), None);
+        let counters = port.counters();
+        assert_eq!((counters.frames_transmitted, counters.loopback_frames), (2, 1));
     }
 
     #[test]
-    fn the_source_mac_follows_the_smac_index_then_the_gid_index_then_entry_0() {
-        let mut port = PortAddresses::new(4, MAC);
-        let other = [2, 0, 0, 0, 0, 2];
-        let third = [2, 0, 0, 0, 0, 3];
-        assert!(port.set_smac(1, other));
-        assert!(port.set_smac(3, third));
-        assert_eq!(port.source_mac(Some(3), 1), third);
-        assert_eq!(port.source_mac(None, 1), other);
-        assert_eq!(port.source_mac(None, 2), MAC);
-        assert_eq!(port.source_mac(Some(200), 1), MAC);
+    fn nobody_polling_drops_the_oldest_transmitted_frame() {
+        let mut port = Port::new(4, MAC);
+        for i in 0..TRANSMIT_QUEUE_LIMIT + 1 {
+            let frame = vec![0x02, 0, 0, 0, 0, 9, (i >> 8) as u8, i as u8];
+            assert_eq!(port.frame_left(frame), None);
+        }
+        assert_eq!(port.counters().transmit_overflows, 1);
+        assert_eq!(port.poll_transmit().map(|f| f[6..].to_vec()), Some(vec![0, 1]));
     }
 
     #[test]
-    fn a_configured_gid_is_the_source_gid_and_local() {
-        let mut port = PortAddresses::new(2, MAC);
-        let gid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-        let entry = GidTableEntry {
-            gid,
-            gid_type: GidType::RoceV2Ipv6,
-        };
-        assert!(port.set_gid(1, Some(entry)));
-        assert_eq!(port.source_gid(1), Some(gid));
-        assert!(port.is_local_gid(&gid));
-        assert!(port.set_gid(1, None));
-        assert!(!port.is_local_gid(&gid));
+    fn received_frames_are_processed_in_order_and_not_before_they_are_due() {
+        let mut port = Port::new(4, MAC);
+        let start = port.receive_start(Picoseconds(10));
+        assert_eq!(start, Picoseconds(10));
+        let due = port.receive_book(start, Picoseconds(40), Picoseconds(100));
+        assert_eq!(due, Picoseconds(110));
+        port.queue_received(due, 7, vec![1]);
+        // The next frame waits for the write channel and is not processed before the first.
+        let start = port.receive_start(Picoseconds(20));
+        assert_eq!(start, Picoseconds(50));
+        let due = port.receive_book(start, Picoseconds(1), Picoseconds(5));
+        assert_eq!(due, Picoseconds(110));
+        port.queue_received(due, 8, vec![2]);
+        assert!(!port.receive_pipeline_is_empty());
+        assert_eq!(port.received(Picoseconds(109)), None);
+        assert_eq!(port.received(Picoseconds(110)), Some((7, vec![1])));
+        assert_eq!(port.received(Picoseconds(110)), Some((8, vec![2])));
+        assert!(port.receive_pipeline_is_empty());
+        assert_eq!(port.counters().frames_received, 2);
     }
 }

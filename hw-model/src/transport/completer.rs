@@ -36,7 +36,7 @@ enum Acked {
     ImpliedNak,
 }
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// An RC response (READ response, ACK/NAK, ATOMIC ACK) for QP `qpn`.
     pub(crate) fn completer_receive(&mut self, qpn: u32, parsed: &ParsedFrame<'_>) {
         let repr = &parsed.repr;

@@ -113,7 +113,7 @@ pub(crate) enum InlineData {
     Ring { ring: ExtRing, start: u32 },
 }
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// Reads `buffer.len()` bytes at byte `offset` of the buffer `mtr` describes.
     pub(crate) fn read_buffer(&mut self, mtr: &Mtr, offset: u64, buffer: &mut [u8]) -> Result<(), TransferError> {
         self.read_buffer_from(mtr, offset, None, buffer)

@@ -13,30 +13,28 @@
 //! * [`dma`]: gather and scatter through memory regions.
 //! * [`qp_runtime`]: the per-QP state these engines keep.
 //!
-//! The device's network port is three calls: [`Transport::poll_transmit`] hands out the
-//! next frame the device has put on the wire (at or before the current virtual time),
-//! [`Engine::receive_frame`] delivers a frame at the current virtual time, and
-//! [`Transport::recycle_frame`] gives a transmitted buffer back so the data path does not
-//! allocate per packet (the device's `poll_transmit`, `receive_frame` and
-//! `recycle_frame`).
+//! The frames go through the port block ([`crate::port`]), which owns the transmit and
+//! receive pipelines, the transmitted frames waiting for the device's `poll_transmit`,
+//! the frame-buffer pool and the address tables; [`Engine::receive_frame`] delivers a
+//! frame from the network at the current virtual time.
 //!
-//! The port is timed by the timing model ([`crate::timing`]): a `TransportTx` event picks
-//! the next QP with work from a round-robin ring and builds its next packet (responses
-//! before requests) into the transmit pipeline, which holds at most
+//! The engines time the port with the timing model ([`crate::timing`]): a `TransportTx`
+//! event picks the next QP with work from a round-robin ring and builds its next packet
+//! (responses before requests) into the port's transmit pipeline, which holds at most
 //! `tx_pipeline_depth` frames. A frame is ready after the costs charged while building it
 //! (WQE fetch, context miss, MTT, payload DMA read, transmit pipeline), starts on the wire
 //! when it is ready and the port is free, and leaves the port after its serialisation.
-//! Received frames wait in the receive pipeline (receive pipeline cycles, payload DMA
-//! write, CQE write) before the engines process them.
+//! Received frames wait in the port's receive pipeline (receive pipeline cycles, payload
+//! DMA write, CQE write) before the engines process them.
 //!
-//! The block ([`Transport`]) owns every QP's engine state, the port's pipelines, rings
-//! and buffers, the port's address tables and its counters. It accepts the QP block's
-//! transitions and doorbells, frames from the network and its timers; it produces frames
-//! for the network and, through its [`Io`], CQEs for the CQ block, AEQEs for the event
-//! block, access checks for the memory-protection block, WQE requests for the SRQ block,
-//! QP errors and flushes for the QP block, and the QP progress the context block keeps
-//! for the QPC. A request or event is handled by an [`Engine`]: the block's state with
-//! its ports, for that one call.
+//! The block ([`Transport`]) owns every QP's engine state, the round-robin ring of QPs
+//! with work, the PCIe read channel's clock, timer generations and its counters. It
+//! accepts the QP block's transitions and doorbells, frames from the network and its
+//! timers; it produces, through its [`Io`], frames for the port, CQEs for the CQ block,
+//! AEQEs for the event block, access checks for the memory-protection block, WQE
+//! requests for the SRQ block, QP errors and flushes for the QP block, and the QP
+//! progress the context block keeps for the QPC. The top owns it as an [`Engine`]: the
+//! block's state bound to its `Io`.
 
 pub(crate) mod completer;
 pub(crate) mod dma;
@@ -63,7 +61,7 @@ use crate::hem::{QpcProgress, SqProgress};
 use crate::memory::MemoryError;
 use crate::mpt::{MrAccess, MrAccessError, MrTranslation};
 use crate::mtt::{DmaFault, Mtr};
-use crate::port::PortAddresses;
+use crate::port::Port;
 use crate::qp::Transition;
 use crate::srq::SrqWqe;
 use crate::time::Picoseconds;
@@ -80,8 +78,8 @@ pub(crate) trait Io {
     fn schedule_at(&mut self, at: Picoseconds, timer: Timer);
     /// Runs `timer` after `delay`.
     fn schedule_in(&mut self, delay: Picoseconds, timer: Timer);
-    /// The port's address tables (source GID and MAC of a packet, local addresses).
-    fn port(&self) -> &PortAddresses;
+    /// The port block: its pipelines, buffers and address tables.
+    fn port(&mut self) -> &mut Port;
     /// Records a diagnostic.
     fn diagnose(
         &mut self,
@@ -154,13 +152,23 @@ pub(crate) enum Timer {
     },
 }
 
-/// The transport at work on one request or event: its state and its ports.
-pub(crate) struct Engine<'a, I: Io> {
-    transport: &'a mut Transport,
-    io: I,
+/// The transport bound to its ports: its state and what its [`Io`] reaches. The top owns
+/// one, its `Io` being the blocks below the transport (owned there too), so that the
+/// engines reach their own state and every port through one reference, as they did when
+/// the transport was part of one device struct (the 8-byte WRITE's cost per message).
+pub(crate) struct Engine<I: Io> {
+    /// The transport's own state.
+    pub(crate) transport: Transport,
+    /// What the transport may reach.
+    pub(crate) io: I,
 }
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
+    /// The transport `transport` with its ports bound to `io`.
+    pub fn new(transport: Transport, io: I) -> Self {
+        Self { transport, io }
+    }
+
     #[inline]
     fn now(&self) -> Picoseconds {
         self.io.now()
@@ -266,13 +274,6 @@ impl FailedWqe {
     }
 }
 
-/// Frame buffers kept for reuse.
-const POOL_LIMIT: usize = 1024;
-/// Transmitted frames kept for [`Transport::poll_transmit`] before the oldest is dropped
-/// (nobody is polling the port).
-const TRANSMIT_QUEUE_LIMIT: usize = 4096;
-/// Capacity a new frame buffer gets: the largest RoCEv2 frame (4 KiB payload and headers).
-const FRAME_CAPACITY: usize = 4096 + 128;
 /// What the transport counted since power-on or the last function reset.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TransportCounters {
@@ -325,25 +326,8 @@ pub(crate) struct Transport {
     pub active: VecDeque<u32>,
     /// The earliest pending `TransportTx` event that is not stale.
     pub next_tx_at: Option<Picoseconds>,
-    /// Frames built and not yet off the wire, with the time their last bit leaves.
-    pub pipeline: VecDeque<(Picoseconds, Vec<u8>)>,
-    /// The port is serialising until then.
-    pub port_free: Picoseconds,
     /// The PCIe read channel (completions to the device) is busy until then.
     pub pcie_read_free: Picoseconds,
-    /// Received frames in the receive pipeline, with the time the engines process them
-    /// and the destination QPN the pipeline read from the BTH.
-    pub rx_queue: VecDeque<(Picoseconds, u32, Vec<u8>)>,
-    /// The receive pipeline's PCIe write channel is busy until then.
-    pub rx_free: Picoseconds,
-    /// Processing time of the last received frame (frames are processed in order).
-    pub rx_last: Picoseconds,
-    /// Frames that left the port, for `poll_transmit`.
-    pub transmitted: VecDeque<Vec<u8>>,
-    /// Free frame buffers.
-    pub pool: Vec<Vec<u8>>,
-    /// IPv4 identification of the next IPv4 packet.
-    pub ipv4_identification: u16,
     /// Source of timer generations (never reused, so a stale timer is always ignored).
     pub generation: u64,
     pub counters: TransportCounters,
@@ -358,46 +342,11 @@ impl Transport {
             qps: BTreeMap::new(),
             active: VecDeque::with_capacity(64),
             next_tx_at: None,
-            pipeline: VecDeque::with_capacity(32),
-            port_free: Picoseconds::ZERO,
             pcie_read_free: Picoseconds::ZERO,
-            rx_queue: VecDeque::with_capacity(64),
-            rx_free: Picoseconds::ZERO,
-            rx_last: Picoseconds::ZERO,
-            transmitted: VecDeque::with_capacity(256),
-            pool: Vec::with_capacity(64),
-            ipv4_identification: 0,
             generation: 0,
             counters: TransportCounters::default(),
             caps: *caps,
         }
-    }
-
-    /// The identification field of the next IPv4 header.
-    pub fn next_ipv4_identification(&mut self) -> u16 {
-        let id = self.ipv4_identification;
-        self.ipv4_identification = id.wrapping_add(1);
-        id
-    }
-
-    /// The transport at work for one request or event, with its ports bound to `io`.
-    #[inline]
-    // The wiring is taken by value: the engine then reaches each service through one
-    // reference instead of two (the wiring is a handful of references, built per event).
-    pub fn engine<I: Io>(&mut self, io: I) -> Engine<'_, I> {
-        Engine { transport: self, io }
-    }
-
-    /// The next Ethernet frame (without FCS) the device has transmitted, if any.
-    #[inline]
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.transmitted.pop_front()
-    }
-
-    /// Returns a buffer obtained from [`Transport::poll_transmit`] for reuse, so the data
-    /// path does not allocate per packet.
-    pub fn recycle_frame(&mut self, buffer: Vec<u8>) {
-        self.give_buffer(buffer);
     }
 
     /// What the transport counted.
@@ -410,38 +359,17 @@ impl Transport {
         self.generation += 1;
         self.generation
     }
-
-    /// A frame buffer from the pool.
-    pub fn take_buffer(&mut self) -> Vec<u8> {
-        let mut buffer = self.take_frame_buffer();
-        buffer.clear();
-        buffer
-    }
-
-    /// A buffer from the pool that may still hold an old frame's bytes: only for
-    /// [`wire::emit_frame_overwriting`], which writes or zeroes every byte it keeps.
-    pub fn take_frame_buffer(&mut self) -> Vec<u8> {
-        self.pool.pop().unwrap_or_else(|| Vec::with_capacity(FRAME_CAPACITY))
-    }
-
-    /// Returns a buffer to the pool.
-    pub fn give_buffer(&mut self, buffer: Vec<u8>) {
-        if self.pool.len() < POOL_LIMIT {
-            // Not cleared: `take_buffer` clears, and `take_frame_buffer` reuses the bytes.
-            self.pool.push(buffer);
-        }
-    }
 }
 
 // ---- the port -------------------------------------------------------------------------
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// Delivers an Ethernet frame (without FCS) to the device's port now. The engines
     /// process it when it has been through the receive pipeline (at once with zero
     /// receive-side costs, e.g. the `ideal` preset).
     pub fn receive_frame(&mut self, frame: &[u8]) {
         if let Some((due, qpn)) = self.admit_frame(frame) {
-            let mut buffer = self.transport.take_buffer();
+            let mut buffer = self.io.port().take_buffer();
             buffer.extend_from_slice(frame);
             self.queue_frame(due, qpn, buffer);
         }
@@ -457,7 +385,7 @@ impl<I: Io> Engine<'_, I> {
                 // Not cleared: the buffer ends up under a transmitted frame, and
                 // `emit_frame_overwriting` reaches the frame's length without a memset
                 // only if the old bytes are still there.
-                let spare = self.transport.take_frame_buffer();
+                let spare = self.io.port().take_frame_buffer();
                 self.queue_frame(due, qpn, frame);
                 spare
             }
@@ -467,15 +395,14 @@ impl<I: Io> Engine<'_, I> {
     /// Charges a received frame's receive-side costs; processes it at once when it is
     /// due now and nothing is queued (then None), or returns when it is due and its QPN.
     fn admit_frame(&mut self, frame: &[u8]) -> Option<(Picoseconds, u32)> {
-        self.transport.counters.frames_received += 1;
         let now = self.now();
+        let start = self.io.port().receive_start(now);
         let params = *self.io.timing().params();
         let info = classify(frame);
         self.io.timing().frame = FrameCharges {
             qpn: info.qpn,
             ..FrameCharges::default()
         };
-        let start = now.max(self.transport.rx_free);
         if start > now {
             self.io.timing().record(Stage::RxQueue, Picoseconds(start.0 - now.0));
         }
@@ -492,10 +419,8 @@ impl<I: Io> Engine<'_, I> {
             link = link + params.pcie_write_transfer(64);
             self.io.timing().record(Stage::CqeWrite, cqe);
         }
-        self.transport.rx_free = start + link;
-        let due = (start + pipeline + write + cqe).max(self.transport.rx_last);
-        self.transport.rx_last = due;
-        if due == now && self.transport.rx_queue.is_empty() {
+        let due = self.io.port().receive_book(start, link, pipeline + write + cqe);
+        if due == now && self.io.port().receive_pipeline_is_empty() {
             self.process_frame(info.qpn, frame);
             return None;
         }
@@ -504,23 +429,18 @@ impl<I: Io> Engine<'_, I> {
 
     /// Queues an admitted frame for the receive pipeline event at `due`.
     fn queue_frame(&mut self, due: Picoseconds, qpn: u32, frame: Vec<u8>) {
-        self.transport.rx_queue.push_back((due, qpn, frame));
+        self.io.port().queue_received(due, qpn, frame);
         self.io.schedule_at(due, Timer::Rx);
     }
 
     /// The receive pipeline delivers every frame due by now to the engines.
     pub(crate) fn transport_rx_event(&mut self) {
-        while self
-            .transport
-            .rx_queue
-            .front()
-            .is_some_and(|(due, _, _)| *due <= self.now())
-        {
-            let Some((_, qpn, frame)) = self.transport.rx_queue.pop_front() else {
-                break;
-            };
+        while let Some((qpn, frame)) = {
+            let now = self.now();
+            self.io.port().received(now)
+        } {
             self.process_frame(qpn, &frame);
-            self.transport.give_buffer(frame);
+            self.io.port().give_buffer(frame);
         }
     }
 
@@ -602,18 +522,16 @@ impl<I: Io> Engine<'_, I> {
             return; // superseded by an earlier event
         }
         self.transport.next_tx_at = None;
-        while self.transport.pipeline.front().is_some_and(|(end, _)| *end <= now) {
-            if let Some((_, frame)) = self.transport.pipeline.pop_front() {
-                self.frame_left_port(frame);
-            }
+        while let Some(frame) = self.io.port().departed(now) {
+            self.frame_left_port(frame);
         }
         let depth = self.io.timing().params().tx_pipeline_depth;
-        let room = self.transport.pipeline.len() < depth;
+        let room = self.io.port().transmit_pipeline_len() < depth;
         let pcie_free = self.transport.pcie_read_free <= now;
         let tried = room && pcie_free;
         let built = tried && self.build_next_frame();
-        let mut next = self.transport.pipeline.front().map(|(end, _)| *end);
-        let room = self.transport.pipeline.len() < depth;
+        let mut next = self.io.port().next_departure();
+        let room = self.io.port().transmit_pipeline_len() < depth;
         if room && !self.transport.active.is_empty() && (built || !tried) {
             let at = now.max(self.transport.pcie_read_free);
             next = Some(next.map_or(at, |n| n.min(at)));
@@ -689,16 +607,13 @@ impl<I: Io> Engine<'_, I> {
         self.transport.pcie_read_free = now + link;
         self.io.timing().record(Stage::TxPipeline, pipeline);
         let ready = now + latency + pipeline;
-        let start = ready.max(self.transport.port_free);
+        let start = self.io.port().transmit(ready, serialisation, frame);
         if start > ready {
             self.io
                 .timing()
                 .record(Stage::PortQueue, Picoseconds(start.0 - ready.0));
         }
         self.io.timing().record(Stage::Serialisation, serialisation);
-        let end = start + serialisation;
-        self.transport.port_free = end;
-        self.transport.pipeline.push_back((end, frame));
     }
 
     /// Whether QP `qpn` may have a packet to send.
@@ -718,21 +633,10 @@ impl<I: Io> Engine<'_, I> {
 
     /// A frame left the port: to ourselves (loopback) or out to `poll_transmit`.
     fn frame_left_port(&mut self, frame: Vec<u8>) {
-        self.transport.counters.frames_transmitted += 1;
-        let destination: [u8; 6] = frame.get(..6).and_then(|mac| mac.try_into().ok()).unwrap_or_default();
-        if self.is_local_mac(&destination) {
-            self.transport.counters.loopback_frames += 1;
+        if let Some(frame) = self.io.port().frame_left(frame) {
             self.receive_frame(&frame);
-            self.transport.give_buffer(frame);
-            return;
+            self.io.port().give_buffer(frame);
         }
-        if self.transport.transmitted.len() >= TRANSMIT_QUEUE_LIMIT {
-            self.transport.counters.transmit_overflows += 1;
-            if let Some(old) = self.transport.transmitted.pop_front() {
-                self.transport.give_buffer(old);
-            }
-        }
-        self.transport.transmitted.push_back(frame);
     }
 
     /// Routes a parsed packet to the responder (requests) or the completer (responses).
@@ -880,7 +784,7 @@ pub(crate) fn mac_value(mac: &[u8; 6]) -> u64 {
 
 // ---- hooks from the QP engine ------------------------------------------------------------
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// MODIFY_QPC wrote `qpc` (state `to`) for QP `qpn`: create, refresh or drop the
     /// transport state. Called before the flush of a move to ERR.
     pub(crate) fn qp_modified(&mut self, qpn: u32, from: QpState, to: QpState, qpc: &Qpc) {
@@ -963,7 +867,7 @@ impl<I: Io> Engine<'_, I> {
 
 // ---- completions, write-back and errors shared by the engines ------------------------------
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// Writes the send-side CQE for `wqe` if it completes visibly: always on error, else
     /// when signaled or the QP signals every WQE.
     pub(crate) fn complete_send(&mut self, qpn: u32, wqe: &FailedWqe) {

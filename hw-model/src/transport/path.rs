@@ -103,7 +103,7 @@ pub(crate) fn gid_of_ipv4(ip: [u8; 4]) -> [u8; 16] {
     gid
 }
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// The Ethernet/IP/UDP part of a packet on `path` from QP `local_qpn` to
     /// `remote_qpn`; the caller fills BTH and extension headers.
     // Inlined into its two callers (one per packet built): the large repr is then built
@@ -117,7 +117,7 @@ impl<I: Io> Engine<'_, I> {
         remote_qpn: u32,
         bth: wire::BthRepr,
     ) -> Result<RoceRepr, PathError> {
-        let port = self.io.port();
+        let port = self.io.port().addresses();
         let sgid = port
             .source_gid(path.sgid_index)
             .ok_or(PathError::NoSourceGid(path.sgid_index))?;
@@ -129,7 +129,7 @@ impl<I: Io> Engine<'_, I> {
         });
         let (ip, ethertype) = match (ipv4_of(&sgid), ipv4_of(&path.dgid)) {
             (Some(source), Some(destination)) => {
-                let identification = self.transport.next_ipv4_identification();
+                let identification = self.io.port().next_ipv4_identification();
                 (
                     IpRepr::V4(Ipv4Repr {
                         source,
@@ -170,13 +170,13 @@ impl<I: Io> Engine<'_, I> {
     }
 
     /// Whether `mac` is one of this port's MAC addresses (SMAC table).
-    pub(crate) fn is_local_mac(&self, mac: &[u8; 6]) -> bool {
-        self.io.port().is_local_mac(mac)
+    pub(crate) fn is_local_mac(&mut self, mac: &[u8; 6]) -> bool {
+        self.io.port().addresses().is_local_mac(mac)
     }
 
     /// Whether `gid` is one of this port's GIDs.
-    pub(crate) fn is_local_gid(&self, gid: &[u8; 16]) -> bool {
-        self.io.port().is_local_gid(gid)
+    pub(crate) fn is_local_gid(&mut self, gid: &[u8; 16]) -> bool {
+        self.io.port().addresses().is_local_gid(gid)
     }
 }
 

@@ -63,7 +63,7 @@ pub(crate) fn bth(opcode: u8, destination_qp: u32, psn: u32) -> BthRepr {
     }
 }
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// Builds QP `qpn`'s next request packet, or None when it has nothing it may send.
     pub(crate) fn requester_next_packet(&mut self, qpn: u32) -> Option<Vec<u8>> {
         loop {
@@ -288,7 +288,7 @@ impl<I: Io> Engine<'_, I> {
                 source_qp: qpn,
             });
         }
-        let mut buffer = self.transport.take_frame_buffer();
+        let mut buffer = self.io.port().take_frame_buffer();
         let mut failure = None;
         let pd = config.pd;
         // On success the gather writes every payload byte; on failure the frame is dropped.
@@ -303,7 +303,7 @@ impl<I: Io> Engine<'_, I> {
             failure = result.err();
         });
         if let Some(error) = failure {
-            self.transport.give_buffer(buffer);
+            self.io.port().give_buffer(buffer);
             self.diagnose(
                 Source::Transport,
                 format!("QP {qpn:#x} SQ WQE {}", wqe.index),

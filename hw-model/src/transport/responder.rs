@@ -107,7 +107,7 @@ fn remote_fault(error: TransferError) -> Fault {
     }
 }
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     // ---- RC ------------------------------------------------------------------------
 
     /// An RC request packet for QP `qpn`.
@@ -950,7 +950,7 @@ impl<I: Io> Engine<'_, I> {
         };
         // Every emit below writes or zeroes each byte of the frame it keeps; the READ
         // response's payload is dropped unless the read filled all of it.
-        let mut buffer = self.transport.take_frame_buffer();
+        let mut buffer = self.io.port().take_frame_buffer();
         match response {
             Response::Ack { syndrome, .. } => {
                 repr.aeth = Some(AethRepr { syndrome, msn });
@@ -990,7 +990,7 @@ impl<I: Io> Engine<'_, I> {
                 });
                 if let Some(fault) = failure {
                     // The region changed under an accepted READ: NAK it where it stands.
-                    self.transport.give_buffer(buffer);
+                    self.io.port().give_buffer(buffer);
                     self.transport.qps.get_mut(&qpn)?.responder.pending.pop_front();
                     self.rc_fault(qpn, next_psn, op::READ_REQUEST, fault);
                     return None;

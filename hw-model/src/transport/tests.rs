@@ -1,7 +1,7 @@
-//! In-crate tests of the transport's port: what it does with frames that are not for a
-//! live QP, the buffer pool and the timing model's serialisation. End-to-end behaviour (two
-//! NICs through the register interface and the fabric) is tested in
-//! `testbench/tests/transport_*.rs`.
+//! In-crate tests of the transport's receive side: what it does with frames that are not
+//! for a live QP, and the timing model's serialisation (the port's buffer pool is tested
+//! in `port/`). End-to-end behaviour (two NICs through the register interface and the
+//! fabric) is tested in `testbench/tests/transport_*.rs`.
 
 use std::sync::Arc;
 
@@ -23,7 +23,7 @@ fn device() -> Device {
         Arc::new(PagedMemory::new()),
         Box::new(RecordingSink::new()),
     );
-    assert!(device.port.set_gid(
+    assert!(device.transport.io.port.addresses_mut().set_gid(
         0,
         Some(GidTableEntry {
             gid: GID,
@@ -118,17 +118,6 @@ fn frames_for_no_live_qp_or_another_address_are_dropped() {
     assert_eq!(device.diagnostics().last().unwrap().field, "destination IP");
     assert_eq!(device.transport_counters().frames_dropped, 3);
     assert_eq!(device.poll_transmit(), None, "nothing is answered");
-}
-
-#[test]
-fn recycled_buffers_are_reused_and_the_pool_is_bounded() {
-    let mut device = device();
-    for _ in 0..POOL_LIMIT + 10 {
-        device.recycle_frame(Vec::with_capacity(64));
-    }
-    assert_eq!(device.transport.pool.len(), POOL_LIMIT);
-    let buffer = device.transport.take_buffer();
-    assert!(buffer.is_empty() && buffer.capacity() >= 64);
 }
 
 #[test]

@@ -129,7 +129,7 @@ pub(crate) fn packet_count(length: u32, mtu: u32) -> u32 {
     length.div_ceil(mtu).max(1)
 }
 
-impl<I: Io> Engine<'_, I> {
+impl<I: Io> Engine<I> {
     /// Reads and decodes SQ WQE `index` of QP `config.qpn`.
     pub(crate) fn fetch_send_wqe(&mut self, config: &QpConfig, index: u16) -> Result<SendWqe, FetchError> {
         let Some(buffer) = config.buffer else {
