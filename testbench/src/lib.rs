@@ -16,3 +16,4 @@ pub mod perftest;
 mod perftest_cm;
 pub mod pingpong;
 pub mod remote;
+pub mod udp_baseline;
