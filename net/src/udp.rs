@@ -346,8 +346,11 @@ impl NetBackend for UdpBackend {
             tx[at..].copy_from_slice(&icrc::to_wire(value));
         }
         self.pending_bytes.extend_from_slice(&tx);
-        self.pending
-            .push((self.pending_bytes.len(), wanted_port, SocketAddr::new(destination, ROCE_V2_UDP_PORT)));
+        self.pending.push((
+            self.pending_bytes.len(),
+            wanted_port,
+            SocketAddr::new(destination, ROCE_V2_UDP_PORT),
+        ));
         self.tx = tx;
         if !self.batching || self.pending.len() >= SEND_BATCH {
             self.send_pending();
