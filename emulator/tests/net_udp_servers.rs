@@ -1,7 +1,9 @@
 //! Two in-process vfio-user servers, each with a `udp:` backend (127.0.0.8 and
 //! 127.0.0.9), each driven by rnic-verbs over vfio-user (`VfioUserDevice` +
 //! `Context::open_with_config`, IPv4 GID 0 = the backend's address): RC WRITE, READ and
-//! SEND between the two emulators through the kernel's UDP sockets, every byte checked.
+//! SEND between the two emulators through the kernel's UDP sockets, every byte checked;
+//! and (127.0.0.21 and .22) a burst of 64 KiB WRITEs that must lose and retransmit
+//! nothing.
 
 mod common;
 
