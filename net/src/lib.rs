@@ -51,6 +51,9 @@ pub struct NetStats {
     pub rx_ignored: u64,
     /// Frames lost because the server loop fell behind the receive queue; `eth:` only.
     pub rx_overflow: u64,
+    /// Times a send waited for the kernel's send buffer to drain instead of dropping the
+    /// frame (`udp:` only; loopback is a lossless link, as RoCE expects).
+    pub tx_stalls: u64,
     /// ARP replies and neighbour advertisements sent for the device; `eth:` only.
     pub neighbour_replies: u64,
 }
@@ -76,6 +79,15 @@ pub trait NetBackend: Send + std::fmt::Debug {
 
     /// The statistics so far.
     fn stats(&self) -> NetStats;
+
+    /// Lets [`NetBackend::send`] hold frames back until [`NetBackend::flush`] (or until a
+    /// batch is full), so that a backend can hand the kernel many frames per system call.
+    /// Off when a backend is opened; a caller that turns it on must flush after each burst
+    /// of sends. Backends that cannot batch ignore it.
+    fn set_send_batching(&mut self, _on: bool) {}
+
+    /// Sends every frame [`NetBackend::send`] held back.
+    fn flush(&mut self) {}
 
     /// Whether the backend needs the device's IP addresses ([`NetBackend::set_local_addresses`]);
     /// the server loop only reads the GID table for backends that do.

@@ -31,6 +31,18 @@
 //!
 //! Lost: ECN (masked by the ICRC; the kernel's TOS is not read back), the Ethernet source
 //! MAC a peer really used, VLAN tags.
+//!
+//! **Batches, buffers, no loss of our own making.** Datagrams are received with
+//! `recvmmsg`, up to [`RECEIVE_BATCH`] per call, and handed to the device one by one.
+//! With [`NetBackend::set_send_batching`] on (the vfio-user server turns it on) sends are
+//! held until [`NetBackend::flush`] and go out with `sendmmsg`, one call per flow and
+//! burst. Both sockets' buffers are sized for a whole window of 4 KiB packets
+//! ([`RECEIVE_BUFFER_BYTES`], [`SEND_BUFFER_BYTES`]). When the kernel still refuses a
+//! datagram for want of send-buffer room, the backend waits until the socket drains
+//! ([`NetStats::tx_stalls`], at most [`SEND_STALL_LIMIT`] per datagram) instead of dropping
+//! it: RoCE expects a lossless link, and a loss the host made up would cost the transport a
+//! retransmission timeout. A datagram longer than [`RECEIVE_SLOT`] cannot be RoCEv2 at any
+//! path MTU and is dropped as malformed.
 
 use std::collections::HashMap;
 use std::io;
@@ -49,7 +61,26 @@ pub const MAX_FLOW_SOCKETS: usize = 256;
 
 /// The receive buffer asked of the kernel for the bound socket, in bytes (granted in full as
 /// root; otherwise capped at `net.core.rmem_max`).
-const RECEIVE_BUFFER_BYTES: usize = 32 << 20;
+pub const RECEIVE_BUFFER_BYTES: usize = 32 << 20;
+
+/// The send buffer asked of the kernel for every socket, in bytes (granted in full as root;
+/// otherwise capped at `net.core.wmem_max`): a batch of [`SEND_BATCH`] datagrams of 4 KiB
+/// fits many times over.
+pub const SEND_BUFFER_BYTES: usize = 4 << 20;
+
+/// Datagrams received per system call at most.
+pub const RECEIVE_BATCH: usize = 32;
+
+/// Bytes of room per received datagram: more than the longest RoCEv2 datagram at path MTU
+/// 4096 (BTH, RETH or AtomicETH, ImmDt, payload, ICRC: under 4 200 bytes).
+pub const RECEIVE_SLOT: usize = 9216;
+
+/// Datagrams held back for one `sendmmsg` at most (with send batching on).
+pub const SEND_BATCH: usize = 64;
+
+/// How long a datagram the kernel refused for want of send-buffer room waits for room
+/// before it is given up as lost (counted in [`NetStats::tx_errors`]).
+pub const SEND_STALL_LIMIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Most peers whose MAC address is remembered.
 const MAX_PEERS: usize = 4096;
@@ -77,7 +108,14 @@ pub struct UdpBackend {
     /// Destination MAC of our last frame to each peer IP: the source MAC of its frames.
     peer_macs: HashMap<IpAddr, [u8; 6]>,
     tx: Vec<u8>,
-    rx: Vec<u8>,
+    /// Datagrams waiting for [`NetBackend::flush`]: their bytes one after another in
+    /// `pending_bytes`, each as (end in it, UDP source port wanted, destination).
+    pending_bytes: Vec<u8>,
+    pending: Vec<(usize, u16, SocketAddr)>,
+    batching: bool,
+    /// The last `recvmmsg` batch and the next datagram of it to hand out.
+    rx_batch: rnic_os::DatagramBatch,
+    rx_next: usize,
     stats: NetStats,
 }
 
@@ -95,7 +133,8 @@ impl UdpBackend {
         // flight (512 PSNs of up to 4 KiB); a burst that overflows it is lost whole and
         // costs a go-back-N. Hardware has the link's buffering; this is ours.
         let receive_buffer = rnic_os::set_receive_buffer(socket.as_fd(), RECEIVE_BUFFER_BYTES)?;
-        tracing::info!(target: "rnic_emu::net", local = %socket.local_addr()?, receive_buffer, "udp backend bound");
+        let send_buffer = rnic_os::set_send_buffer(socket.as_fd(), SEND_BUFFER_BYTES)?;
+        tracing::info!(target: "rnic_emu::net", local = %socket.local_addr()?, receive_buffer, send_buffer, "udp backend bound");
         Ok(Self {
             local,
             mac,
@@ -103,7 +142,11 @@ impl UdpBackend {
             flows: HashMap::new(),
             peer_macs: HashMap::new(),
             tx: Vec::with_capacity(9000),
-            rx: vec![0; 1 << 16],
+            pending_bytes: Vec::with_capacity(SEND_BATCH * 4200),
+            pending: Vec::with_capacity(SEND_BATCH),
+            batching: false,
+            rx_batch: rnic_os::DatagramBatch::new(RECEIVE_BATCH, RECEIVE_SLOT),
+            rx_next: 0,
             stats: NetStats::default(),
         })
     }
@@ -129,7 +172,11 @@ impl UdpBackend {
     /// The socket for UDP source port `port` and the port it really sends from.
     fn flow_socket(&mut self, port: u16) -> (&UdpSocket, u16) {
         if !self.flows.contains_key(&port) && self.flows.len() < MAX_FLOW_SOCKETS {
-            let socket = UdpSocket::bind((self.local, port)).and_then(|s| s.set_nonblocking(true).map(|()| s));
+            let socket = UdpSocket::bind((self.local, port)).and_then(|s| {
+                s.set_nonblocking(true)?;
+                rnic_os::set_send_buffer(s.as_fd(), SEND_BUFFER_BYTES)?;
+                Ok(s)
+            });
             let socket = match socket {
                 Ok(socket) => Some(socket),
                 Err(error) => {
@@ -144,6 +191,59 @@ impl UdpBackend {
             Some(Some(socket)) => (socket, port),
             _ => (&self.socket, ROCE_V2_UDP_PORT),
         }
+    }
+
+    /// Hands the held-back datagrams to the kernel, one `sendmmsg` per run of datagrams of
+    /// the same flow. A datagram the kernel refuses for want of room waits for the socket
+    /// to drain (at most [`SEND_STALL_LIMIT`]); other errors lose that datagram alone.
+    fn send_pending(&mut self) {
+        let mut first = 0;
+        let mut batch: Vec<(&[u8], SocketAddr)> = Vec::with_capacity(SEND_BATCH);
+        while first < self.pending.len() {
+            let port = self.pending[first].1;
+            // The socket flow_socket chose for the flow when the datagram was queued.
+            let socket = match self.flows.get(&port) {
+                Some(Some(socket)) => socket,
+                _ => &self.socket,
+            };
+            let mut start = if first == 0 { 0 } else { self.pending[first - 1].0 };
+            batch.clear();
+            for &(end, flow, destination) in &self.pending[first..] {
+                if flow != port || batch.len() == rnic_os::MAX_DATAGRAM_BATCH {
+                    break;
+                }
+                batch.push((&self.pending_bytes[start..end], destination));
+                start = end;
+            }
+            let mut sent = 0;
+            while sent < batch.len() {
+                match rnic_os::send_datagrams(socket.as_fd(), &batch[sent..]) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        sent += n;
+                        self.stats.frames_sent += n as u64;
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                        self.stats.tx_stalls += 1;
+                        if !matches!(rnic_os::wait_writable(socket.as_fd(), SEND_STALL_LIMIT), Ok(true)) {
+                            self.stats.tx_errors += 1;
+                            tracing::debug!(target: "rnic_emu::net", "UDP send buffer stayed full; frame lost");
+                            sent += 1;
+                        }
+                    }
+                    Err(error) => {
+                        // The datagram at `sent` is refused (unreachable, ...): it is lost,
+                        // as on a wire; the rest still go.
+                        self.stats.tx_errors += 1;
+                        tracing::debug!(target: "rnic_emu::net", destination = %batch[sent].1, %error, "UDP send failed; frame lost");
+                        sent += 1;
+                    }
+                }
+            }
+            first += batch.len();
+        }
+        self.pending.clear();
+        self.pending_bytes.clear();
     }
 }
 
@@ -230,7 +330,7 @@ impl NetBackend for UdpBackend {
         tx.clear();
         tx.extend_from_slice(&frame[start..end]);
         let wanted_port = repr.udp_source_port;
-        let (socket, port) = self.flow_socket(wanted_port);
+        let (_, port) = self.flow_socket(wanted_port);
         let canonical = match repr.ip {
             IpRepr::V4(mut v4) => {
                 let exact = v4.identification == 0 && v4.dont_fragment && port == wanted_port;
@@ -245,29 +345,58 @@ impl NetBackend for UdpBackend {
             let at = tx.len() - icrc::ICRC_LEN;
             tx[at..].copy_from_slice(&icrc::to_wire(value));
         }
-        match socket.send_to(&tx, SocketAddr::new(destination, ROCE_V2_UDP_PORT)) {
-            Ok(_) => self.stats.frames_sent += 1,
-            Err(error) => {
-                self.stats.tx_errors += 1;
-                tracing::debug!(target: "rnic_emu::net", %destination, %error, "UDP send failed; frame lost");
-            }
-        }
+        self.pending_bytes.extend_from_slice(&tx);
+        self.pending.push((
+            self.pending_bytes.len(),
+            wanted_port,
+            SocketAddr::new(destination, ROCE_V2_UDP_PORT),
+        ));
         self.tx = tx;
+        if !self.batching || self.pending.len() >= SEND_BATCH {
+            self.send_pending();
+        }
+    }
+
+    fn set_send_batching(&mut self, on: bool) {
+        self.batching = on;
+        if !on {
+            self.send_pending();
+        }
+    }
+
+    fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            self.send_pending();
+        }
     }
 
     fn receive(&mut self, frame: &mut Vec<u8>) -> bool {
-        for _ in 0..MALFORMED_PER_CALL {
-            let (length, from) = match self.socket.recv_from(&mut self.rx) {
-                Ok(received) => received,
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return false,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => {
-                    self.stats.rx_errors += 1;
-                    tracing::debug!(target: "rnic_emu::net", %error, "UDP receive failed");
+        let mut malformed = 0;
+        while malformed < MALFORMED_PER_CALL {
+            if self.rx_next >= self.rx_batch.len() {
+                self.rx_next = 0;
+                match rnic_os::receive_datagrams(self.socket.as_fd(), &mut self.rx_batch) {
+                    Ok(_) => {}
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => return false,
+                    Err(error) => {
+                        self.stats.rx_errors += 1;
+                        tracing::debug!(target: "rnic_emu::net", %error, "UDP receive failed");
+                        return false;
+                    }
+                }
+                if self.rx_batch.is_empty() {
                     return false;
                 }
+            }
+            let index = self.rx_next;
+            self.rx_next += 1;
+            let datagram = self.rx_batch.datagram(index);
+            let length = datagram.len();
+            let Some(from) = self.rx_batch.source(index) else {
+                self.stats.rx_malformed += 1;
+                malformed += 1;
+                continue;
             };
-            let datagram = &self.rx[..length];
             let ip = rebuilt_ip(from.ip(), self.local);
             // Cheap structure checks only: the device verifies the ICRC (and counts
             // failures) itself, and a second CRC here would halve the packet rate.
@@ -275,10 +404,12 @@ impl NetBackend for UdpBackend {
             let well_formed = length >= MIN_DATAGRAM
                 && length % 4 == 0
                 && length <= max
+                && !self.rx_batch.truncated(index)
                 && from.port() != 0
                 && datagram[1] & 0x0F == 0;
             let Some(ip) = ip.filter(|_| well_formed) else {
                 self.stats.rx_malformed += 1;
+                malformed += 1;
                 tracing::debug!(target: "rnic_emu::net", %from, length, "malformed datagram dropped");
                 continue;
             };

@@ -16,7 +16,10 @@
 //!   SET_IRQS, and the server's own wake-up descriptor;
 //! * `sendmsg`/`recvmsg` with `SCM_RIGHTS` ([`send_with_fds`], [`recv_with_fds`]) —
 //!   vfio-user passes descriptors as ancillary data, which `std` cannot do yet;
-//! * `ppoll` ([`wait_readable`]) — sub-millisecond waits on sockets and eventfds;
+//! * `ppoll` ([`wait_readable`], [`wait_writable`]) — sub-millisecond waits on sockets and
+//!   eventfds;
+//! * `recvmmsg`/`sendmmsg` ([`receive_datagrams`], [`send_datagrams`]) and `SO_SNDBUF`
+//!   ([`set_send_buffer`]) — UDP datagrams in batches for the `udp:` network backend;
 //! * `socket`/`bind`/`listen` ([`bind_unix_listener`]) — to restrict the socket's mode to
 //!   0600 *before* anyone can connect (std's `UnixListener::bind` listens at once);
 //! * pinned DMA memory and device registers for a user-space driver on a PCI function
@@ -44,6 +47,7 @@
 #![warn(missing_docs)]
 
 mod application;
+mod datagram;
 mod event;
 mod memory;
 mod pagemap;
@@ -54,6 +58,9 @@ mod thread;
 use std::io;
 
 pub use application::{advise_huge_pages, lock_pages, unlock_pages, ApplicationRange};
+pub use datagram::{
+    receive_datagrams, send_datagrams, set_send_buffer, wait_writable, DatagramBatch, MAX_BATCH as MAX_DATAGRAM_BATCH,
+};
 pub use event::{eventfd, take_eventfd, wait_readable};
 pub use memory::{file_seals, host_page_size, memfd_create, MappedRegion, PageSize, Protection};
 pub use pagemap::{PageMap, PagemapEntry, PAGEMAP_PFN_MASK, PAGEMAP_PRESENT, PAGEMAP_SWAPPED};

@@ -19,3 +19,4 @@ mod perftest_cm;
 pub mod pingpong;
 pub mod recording;
 pub mod remote;
+pub mod udp_baseline;

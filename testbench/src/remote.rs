@@ -908,9 +908,8 @@ fn drive(config: &BenchConfig, local: &mut Local, control: &mut Control) -> Resu
         let mut ok = vec![vec![false; count as usize]; local.pairs.len()];
         let mut done = vec![0u64; local.pairs.len()];
         for (index, pair) in local.pairs.iter().enumerate() {
-            for message in first..first + count {
-                post(config, local, pair, index, message, &mut expected)?;
-            }
+            // The whole batch of a QP in one post: one doorbell, not one per message.
+            post(config, local, pair, index, first..first + count, &mut expected)?;
         }
         let mut last_progress = Instant::now();
         while done.iter().any(|&d| d < count) {
@@ -1002,52 +1001,69 @@ pub(crate) fn fail(report: &mut BenchReport, what: String) {
     }
 }
 
-fn post(config: &BenchConfig, local: &Local, pair: &Pair, index: usize, message: u64, buffer: &mut [u8]) -> Result<()> {
-    let offset = local.payload_offset(message);
+/// Posts messages `messages` of QP `index` with one `post_send`.
+fn post(
+    config: &BenchConfig,
+    local: &Local,
+    pair: &Pair,
+    index: usize,
+    messages: std::ops::Range<u64>,
+    buffer: &mut [u8],
+) -> Result<()> {
     let remote = pair.remote.as_ref().expect("connected");
-    let local_sge = Sge::new(pair.mr.addr() + offset, local.size as u32, pair.mr.lkey());
-    let mut request = SendWorkRequest {
-        wr_id: message,
-        opcode: WrOpcode::RdmaWrite,
-        sg_list: std::slice::from_ref(&local_sge),
-        send_flags: SendFlags::SIGNALED,
-        ..SendWorkRequest::default()
-    };
-    let remote_fields = RdmaFields {
-        remote_addr: remote.addr + offset,
-        rkey: remote.rkey,
-    };
-    match config.operation {
-        Operation::Write | Operation::Send => {
+    let mut sges = Vec::with_capacity(messages.clone().count());
+    for message in messages.clone() {
+        let offset = local.payload_offset(message);
+        if matches!(config.operation, Operation::Write | Operation::Send) {
             fill_pattern(buffer, index, message);
             pair.mr.write(offset, buffer)?;
-            if config.operation == Operation::Send {
-                request.opcode = WrOpcode::Send;
-                request.ud = pair.ah.as_ref().map(|ah| UdFields {
-                    ah,
-                    remote_qpn: remote.qpn,
-                    remote_qkey: QKEY,
-                });
-            } else {
-                request.rdma = remote_fields;
-            }
         }
-        Operation::Read => {
-            request.opcode = WrOpcode::RdmaRead;
-            request.rdma = remote_fields;
-        }
-        Operation::Atomic | Operation::Mixed => {
-            request.opcode = WrOpcode::AtomicFetchAdd;
-            request.atomic = AtomicFields {
-                remote_addr: remote.addr + local.atomic_offset(),
-                compare_add: 1,
-                swap: 0,
+        sges.push(Sge::new(pair.mr.addr() + offset, local.size as u32, pair.mr.lkey()));
+    }
+    let requests: Vec<SendWorkRequest<'_>> = messages
+        .zip(&sges)
+        .map(|(message, local_sge)| {
+            let offset = local.payload_offset(message);
+            let mut request = SendWorkRequest {
+                wr_id: message,
+                opcode: WrOpcode::RdmaWrite,
+                sg_list: std::slice::from_ref(local_sge),
+                send_flags: SendFlags::SIGNALED,
+                ..SendWorkRequest::default()
+            };
+            let remote_fields = RdmaFields {
+                remote_addr: remote.addr + offset,
                 rkey: remote.rkey,
             };
-        }
-    }
+            match config.operation {
+                Operation::Write => request.rdma = remote_fields,
+                Operation::Send => {
+                    request.opcode = WrOpcode::Send;
+                    request.ud = pair.ah.as_ref().map(|ah| UdFields {
+                        ah,
+                        remote_qpn: remote.qpn,
+                        remote_qkey: QKEY,
+                    });
+                }
+                Operation::Read => {
+                    request.opcode = WrOpcode::RdmaRead;
+                    request.rdma = remote_fields;
+                }
+                Operation::Atomic | Operation::Mixed => {
+                    request.opcode = WrOpcode::AtomicFetchAdd;
+                    request.atomic = AtomicFields {
+                        remote_addr: remote.addr + local.atomic_offset(),
+                        compare_add: 1,
+                        swap: 0,
+                        rkey: remote.rkey,
+                    };
+                }
+            }
+            request
+        })
+        .collect();
     pair.qp
-        .post_send(&[request])
+        .post_send(&requests)
         .map_err(|error| RemoteError::Protocol(format!("post_send: {error}")))
 }
 

@@ -430,7 +430,10 @@ impl Server {
         let msix: SharedMsix = Arc::new(Mutex::new(MsixState::new(vectors)));
         let device = build_device(&options.device, &dma, &msix);
         let pcap = options.pcap.as_deref().map(pcap_file::create).transpose()?;
-        let net = net::open(&options.net, options.device.mac_address)?;
+        let mut net = net::open(&options.net, options.device.mac_address)?;
+        // Each pass ends with a flush (drain_transmit), so the backend may hand a pass's
+        // frames to the kernel together.
+        net.set_send_batching(true);
         clear_stale_socket(&options.socket)?;
         let listener = os::bind_unix_listener(&options.socket, 0o600)?;
         listener.set_nonblocking(true)?;
@@ -516,6 +519,7 @@ impl Server {
             pcap.flush()?;
         }
         self.publish_stats();
+        self.log_wire_counters("server stopping");
         self.diagnostics_summary().log_summary();
         tracing::info!(target: "rnic_emu::vfio_user", "vfio-user server stopped");
         result
@@ -690,6 +694,7 @@ impl Server {
         };
         self.sync_all_masks();
         self.stats.disconnections += 1;
+        self.log_wire_counters("client detached");
         tracing::info!(
             target: "rnic_emu::vfio_user",
             client = client.number,
@@ -1162,7 +1167,30 @@ impl Server {
             self.net.send(&frame);
             self.device.recycle_frame(frame);
         }
+        self.net.flush();
         Ok(())
+    }
+
+    /// One log line with what the wire did so far: the transport's retransmissions and
+    /// the backend's losses, so a user of `udp:` sees whether a run was clean.
+    fn log_wire_counters(&self, when: &str) {
+        let transport = self.device.transport_counters();
+        let net = self.net.stats();
+        tracing::info!(
+            target: "rnic_emu::vfio_user",
+            when,
+            frames_sent = net.frames_sent,
+            frames_received = net.frames_received,
+            retransmitted_packets = transport.retransmitted_packets,
+            ack_timeouts = transport.ack_timeouts,
+            out_of_sequence = transport.out_of_sequence,
+            duplicate_requests = transport.duplicate_requests,
+            tx_errors = net.tx_errors,
+            tx_stalls = net.tx_stalls,
+            rx_errors = net.rx_errors,
+            rx_malformed = net.rx_malformed,
+            "wire counters"
+        );
     }
 
     /// Gives the device up to [`FRAMES_PER_PASS`] frames from the network; returns

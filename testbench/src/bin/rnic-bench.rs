@@ -142,6 +142,12 @@ struct Arguments {
     /// (perftest does not exchange MACs), e.g. 52:54:00:12:34:56.
     #[arg(long, value_name = "MAC", value_parser = parse_mac)]
     peer_mac: Option<[u8; 6]>,
+    /// Measure the host's raw UDP loopback limit at this datagram size instead (200 000
+    /// datagrams to a receiver thread on 127.0.0.2, as the shared `udp_pps` baseline), for
+    /// ratios against the cross-process figures of the same run; prints one line (with
+    /// --json one object).
+    #[arg(long, value_name = "SIZE", conflicts_with_all = ["device", "operation"])]
+    udp_baseline: Option<usize>,
 }
 
 /// The program on the other end of `--server`/`--client`.
@@ -161,6 +167,29 @@ fn parse_mac(text: &str) -> Result<[u8; 6], String> {
 
 fn main() -> ExitCode {
     let arguments = Arguments::parse();
+    if let Some(size) = arguments.udp_baseline {
+        let receiver = std::net::SocketAddr::from(rnic_testbench::udp_baseline::RECEIVER);
+        return match rnic_testbench::udp_baseline::run(size, 200_000, receiver) {
+            Ok(b) if arguments.json => {
+                println!(
+                    "{{\"udp_baseline\":{{\"size\":{},\"sent\":{},\"received\":{},\"send_gbps\":{:.3},\"receive_gbps\":{:.3},\"receive_pps\":{:.0}}}}}",
+                    b.size, b.sent, b.received, b.send_gbps, b.receive_gbps, b.receive_pps
+                );
+                ExitCode::SUCCESS
+            }
+            Ok(b) => {
+                println!(
+                    "raw UDP loopback, {} B datagrams: sent {} at {:.2} Gb/s; received {} at {:.2} Gb/s ({:.0} datagrams/s)",
+                    b.size, b.sent, b.send_gbps, b.received, b.receive_gbps, b.receive_pps
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("rnic-bench: UDP baseline: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if arguments.device.is_some() {
         if let Some(flags) = timing_only_flags(&arguments) {
             eprintln!(
