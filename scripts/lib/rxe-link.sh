@@ -265,6 +265,9 @@ rxe_capture_start() {
 # do: a background job of a non-interactive shell ignores it).
 rxe_capture_stop() {
     [ -n "${RXE_CAPTURE_PID:-}" ] || return 0
+    # Frames still in the capture buffer when tcpdump stops are counted as "received by
+    # filter" but never written: give it a moment to drain what the last exchange left.
+    sleep 1
     kill -TERM "$RXE_CAPTURE_PID" 2>/dev/null
     wait "$RXE_CAPTURE_PID" 2>/dev/null
     RXE_CAPTURE_PID=""
