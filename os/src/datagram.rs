@@ -1,6 +1,6 @@
 //! UDP datagrams in batches: `recvmmsg` and `sendmmsg` (one system call for many
-//! datagrams, which `std` cannot do), the send buffer's size, and waiting until a socket
-//! can take more.
+//! datagrams, which `std` cannot do), and waiting until a socket can take more. The send
+//! buffer's size is set with [`crate::set_send_buffer`].
 //!
 //! A RoCEv2 message of 64 KiB is sixteen datagrams at MTU 4096; one call per datagram is
 //! most of what a `udp:` backend costs on loopback, so the backend moves them in batches.
@@ -13,47 +13,9 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
 
-use crate::check;
-
 /// Most datagrams one [`receive_datagrams`] or [`send_datagrams`] call moves (the kernel's
 /// `UIO_MAXIOV` is far above it; more buys nothing on loopback).
 pub const MAX_BATCH: usize = 64;
-
-/// Asks for a send buffer of `bytes` on `socket` and returns the size the kernel granted
-/// (twice the usable bytes, as for the receive buffer). As root (`CAP_NET_ADMIN`)
-/// `SO_SNDBUFFORCE` goes past `net.core.wmem_max`; otherwise the request is capped there.
-pub fn set_send_buffer(socket: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
-    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    let set = |option: libc::c_int| {
-        // SAFETY: `value` is a live c_int and its size is passed; the kernel only reads it.
-        check(unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                option,
-                std::ptr::from_ref(&value).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        })
-    };
-    if set(libc::SO_SNDBUFFORCE).is_err() {
-        set(libc::SO_SNDBUF)?;
-    }
-    let mut granted: libc::c_int = 0;
-    let mut length = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `granted` and `length` are live locals the kernel writes, `length` holding
-    // `granted`'s size.
-    check(unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            std::ptr::from_mut(&mut granted).cast(),
-            &mut length,
-        )
-    })?;
-    Ok(usize::try_from(granted).unwrap_or(0))
-}
 
 /// Waits until `socket` can take more data (or has an error pending), at most `timeout`.
 /// Returns whether it can; `false` on timeout or when a signal interrupted the wait.
@@ -363,8 +325,8 @@ mod tests {
     #[test]
     fn send_buffers_grow_and_an_idle_socket_is_writable() {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let small = set_send_buffer(socket.as_fd(), 4096).unwrap();
-        let large = set_send_buffer(socket.as_fd(), 1 << 20).unwrap();
+        let small = crate::set_send_buffer(socket.as_fd(), 4096).unwrap();
+        let large = crate::set_send_buffer(socket.as_fd(), 1 << 20).unwrap();
         assert!(large > small, "{large} <= {small}");
         assert!(wait_writable(socket.as_fd(), Duration::from_millis(100)).unwrap());
     }

@@ -58,16 +58,17 @@ mod thread;
 use std::io;
 
 pub use application::{advise_huge_pages, lock_pages, unlock_pages, ApplicationRange};
-pub use datagram::{
-    receive_datagrams, send_datagrams, set_send_buffer, wait_writable, DatagramBatch, MAX_BATCH as MAX_DATAGRAM_BATCH,
-};
+pub use datagram::{receive_datagrams, send_datagrams, wait_writable, DatagramBatch, MAX_BATCH as MAX_DATAGRAM_BATCH};
 pub use event::{eventfd, take_eventfd, wait_readable};
 pub use memory::{file_seals, host_page_size, memfd_create, MappedRegion, PageSize, Protection};
 pub use pagemap::{PageMap, PagemapEntry, PAGEMAP_PFN_MASK, PAGEMAP_PRESENT, PAGEMAP_SWAPPED};
 pub use process::{
     enter_network_namespace, install_termination_handlers, set_thread_timer_slack, termination_requested,
 };
-pub use socket::{bind_unix_listener, recv_with_fds, send_with_fds, set_receive_buffer, Received, MAX_FDS_PER_MESSAGE};
+pub use socket::{
+    bind_unix_listener, recv_with_fds, send_with_fds, set_receive_buffer, set_send_buffer, Received,
+    MAX_FDS_PER_MESSAGE,
+};
 pub use thread::{signal_blocked_in_this_thread, spawn_with_signals_blocked, thread_cpu_time};
 
 /// Turns a negative libc return value into the thread's `errno`.

@@ -1,5 +1,5 @@
 //! Sockets: a Unix stream listener with its mode set before `listen`, sending and
-//! receiving file descriptors (`SCM_RIGHTS`), and receive-buffer sizing.
+//! receiving file descriptors (`SCM_RIGHTS`), and socket-buffer sizing.
 
 #![allow(unsafe_code)]
 
@@ -20,6 +20,19 @@ pub const MAX_FDS_PER_MESSAGE: usize = 253;
 /// (`CAP_NET_ADMIN`) `SO_RCVBUFFORCE` goes past `net.core.rmem_max`; otherwise the request
 /// is capped there.
 pub fn set_receive_buffer(socket: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
+    set_buffer(socket, bytes, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)
+}
+
+/// Asks for a send buffer of `bytes` on `socket` and returns the size the kernel granted
+/// (twice the usable bytes, as for the receive buffer). As root (`CAP_NET_ADMIN`)
+/// `SO_SNDBUFFORCE` goes past `net.core.wmem_max`; otherwise the request is capped there.
+pub fn set_send_buffer(socket: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
+    set_buffer(socket, bytes, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)
+}
+
+/// Sets a socket buffer through `force` (privileged) or else `plain`, and reads back what
+/// `plain` reports.
+fn set_buffer(socket: BorrowedFd<'_>, bytes: usize, force: libc::c_int, plain: libc::c_int) -> io::Result<usize> {
     let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     let set = |option: libc::c_int| {
         // SAFETY: `value` is a live c_int and its size is passed; the kernel only reads it.
@@ -33,8 +46,8 @@ pub fn set_receive_buffer(socket: BorrowedFd<'_>, bytes: usize) -> io::Result<us
             )
         })
     };
-    if set(libc::SO_RCVBUFFORCE).is_err() {
-        set(libc::SO_RCVBUF)?;
+    if set(force).is_err() {
+        set(plain)?;
     }
     let mut granted: libc::c_int = 0;
     let mut length = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -44,7 +57,7 @@ pub fn set_receive_buffer(socket: BorrowedFd<'_>, bytes: usize) -> io::Result<us
         libc::getsockopt(
             socket.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
+            plain,
             std::ptr::from_mut(&mut granted).cast(),
             &mut length,
         )
