@@ -477,6 +477,18 @@ impl RegisterHarness {
         Ok(())
     }
 
+    /// Host address of object `index` of `table`, once [`RegisterHarness::ensure_context`]
+    /// made its chunk (a driver that writes a context behind the device's back uses it).
+    pub fn context_address(&self, table: Table, index: u32) -> Option<u64> {
+        const CHUNK: u64 = 64 << 10;
+        let offset = u64::from(index) * table.object_size();
+        let chunk = self.chunks[table as usize]
+            .get((offset / CHUNK) as usize)
+            .copied()
+            .flatten()?;
+        Some(chunk + offset % CHUNK)
+    }
+
     /// Whether [`RegisterHarness::create_aeq`] has run.
     pub fn has_aeq(&self) -> bool {
         self.aeq.is_some()
