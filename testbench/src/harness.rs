@@ -316,6 +316,11 @@ impl RegisterHarness {
         self.device.run_until_idle(limit);
     }
 
+    /// The slot the next submitted descriptor goes to (the driver's producer index).
+    pub fn producer_index(&self) -> u32 {
+        self.producer_index
+    }
+
     /// Writes `descriptors` into the ring, moves the producer index by `producer_step`
     /// (normally the descriptor count), lets the firmware run, and reads the slots back.
     pub fn submit_raw(&mut self, descriptors: &[Descriptor], producer_step: u32) -> Vec<Descriptor> {
