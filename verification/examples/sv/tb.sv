@@ -54,16 +54,17 @@ module tb;
                                                  output shortint unsigned vector, output longint unsigned address,
                                                  output int unsigned data);
   import "DPI-C" context function int rnic_dpi_forward_checked(input chandle from_device, input chandle to_device,
-                                                         input chandle twin, input chandle checker);
+                                                         input chandle twin, input chandle ref_device);
   import "DPI-C" context function int rnic_dpi_drain(input chandle device);
-  import "DPI-C" context function int rnic_dpi_check_cqe(input chandle checker, input longint unsigned time_ps,
+  import "DPI-C" context function int rnic_dpi_check_cqe(input chandle ref_device, input longint unsigned time_ps,
                                                    input int unsigned cqn, input int memory_id,
                                                    input longint unsigned address, input int length, input int flip);
   import "DPI-C" context function int rnic_vip_check_start_streams(input chandle device, input int unsigned streams,
                                                              input longint unsigned tolerance_ps);
   import "DPI-C" context function int rnic_vip_check_msix(input chandle device, input longint unsigned time_ps,
-                                                    input shortint unsigned vector, input longint unsigned address,
-                                                    input int unsigned data);
+                                                    input shortint unsigned message_vector,
+                                                    input longint unsigned message_address,
+                                                    input int unsigned message_data);
   import "DPI-C" context function int rnic_vip_check_finish(input chandle device, output longint unsigned mismatches);
   import "DPI-C" context function int rnic_vip_coverage_write(input chandle device, input string path);
   import "DPI-C" context function int rnic_vip_trace_start(input chandle device);
