@@ -691,11 +691,8 @@ impl DeviceWatch {
         let Some(dqpn) = decoded.get("bth.dqpn") else { return };
         let local = dqpn as u32;
         sample_mtu(coverage, "received", &decoded, self.qps.get(&local).map(|q| q.1));
-        match decoded.get("aeth.syndrome").and_then(aeth_bin) {
-            Some(nak @ ("RNR_NAK" | "NAK_PSN_SEQUENCE_ERROR")) => {
-                self.nak.insert(local, nak);
-            }
-            _ => {}
+        if let Some(nak @ ("RNR_NAK" | "NAK_PSN_SEQUENCE_ERROR")) = decoded.get("aeth.syndrome").and_then(aeth_bin) {
+            self.nak.insert(local, nak);
         }
     }
 }

@@ -254,7 +254,7 @@ impl Driver {
             "RcSqWqe",
             &[
                 ("OPCODE", 0x3),
-                ("OWNER", u64::from(index / 64 % 2 == 0)),
+                ("OWNER", u64::from((index / 64).is_multiple_of(2))),
                 ("CQE", 1),
                 ("MSG_LEN", u64::from(length)),
                 ("SGE_NUM", 1),
