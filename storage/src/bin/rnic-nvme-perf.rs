@@ -521,6 +521,13 @@ mod tests {
     }
 
     #[test]
+    fn medians_of_rounds() {
+        assert_eq!(median(&mut [0.4, 0.1, 0.3]), 0.3);
+        assert_eq!(median(&mut [0.4, 0.1, 0.3, 0.2]), 0.25);
+        assert!(median(&mut []).is_nan());
+    }
+
+    #[test]
     fn messages_of_an_io() {
         let reads = Workload::default();
         let m = nic_messages(&reads, 4096);

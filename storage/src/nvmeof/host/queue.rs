@@ -208,8 +208,10 @@ impl HostQueue {
         Some((slot, generation << CID_SLOT_BITS | slot as u16))
     }
 
-    /// Writes `capsule` into command slot `slot` and SENDs it.
-    pub fn send_capsule(&self, slot: usize, capsule: &[u8]) -> Result<(), String> {
+    /// Writes `capsule` into command slot `slot` and SENDs it (after any SENDs still
+    /// queued, so the queue's commands leave in the order they were given).
+    pub fn send_capsule(&mut self, slot: usize, capsule: &[u8]) -> Result<(), String> {
+        self.flush_sends()?;
         let (sges, used) = self.capsules.write(slot, capsule)?;
         self.qp
             .post_send(&[SendWorkRequest {
