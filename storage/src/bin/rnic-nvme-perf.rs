@@ -301,7 +301,10 @@ fn embedded(arguments: &Arguments, workload: &Workload) -> Result<PerfReport, St
     if rounds > 1 && arguments.compare_nic {
         // The last round's lines are above; every round's ratios follow.
         report.extra.extend(round_lines);
-        report.extra.push((format!("median storage cost / NIC cost over {rounds} rounds"), median(&mut wall_costs)));
+        report.extra.push((
+            format!("median storage cost / NIC cost over {rounds} rounds"),
+            median(&mut wall_costs),
+        ));
         if !cpu_costs.is_empty() {
             report.extra.push((
                 format!("median storage cost / NIC cost, CPU time, over {rounds} rounds"),

@@ -164,7 +164,12 @@ impl HostQueue {
             commands: SlotRegion::new(pd, usize::from(entries), SQE_LEN, AccessFlags::LOCAL_WRITE)?,
             data: match in_capsule {
                 0 => None,
-                size => Some(SlotRegion::new(pd, usize::from(entries), size, AccessFlags::LOCAL_WRITE)?),
+                size => Some(SlotRegion::new(
+                    pd,
+                    usize::from(entries),
+                    size,
+                    AccessFlags::LOCAL_WRITE,
+                )?),
             },
         };
         let responses = SlotRegion::new(pd, usize::from(entries), CQE_LEN, AccessFlags::LOCAL_WRITE)?;
@@ -246,7 +251,8 @@ impl HostQueue {
                 };
             }
             let mut requests = [SendWorkRequest::default(); SEND_BATCH];
-            for ((request, (sge, used)), &(slot, _)) in requests.iter_mut().zip(&sges).zip(&self.pending_sends[..count]) {
+            for ((request, (sge, used)), &(slot, _)) in requests.iter_mut().zip(&sges).zip(&self.pending_sends[..count])
+            {
                 *request = SendWorkRequest {
                     wr_id: send_wr_id(slot),
                     sg_list: &sge[..*used],

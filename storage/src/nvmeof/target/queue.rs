@@ -320,7 +320,8 @@ impl TargetQueue {
                 sge[0] = pending.write.map_or_else(rnic_verbs::Sge::default, |w| w.local);
                 sge[1] = self.responses.sge(pending.slot, CQE_LEN);
             }
-            let mut requests: [SendWorkRequest<'_>; 2 * RESPONSE_BATCH] = [SendWorkRequest::default(); 2 * RESPONSE_BATCH];
+            let mut requests: [SendWorkRequest<'_>; 2 * RESPONSE_BATCH] =
+                [SendWorkRequest::default(); 2 * RESPONSE_BATCH];
             let mut used = 0;
             for (sge, pending) in sges.iter().zip(&self.pending_responses[..count]) {
                 if let Some(write) = pending.write {
