@@ -210,7 +210,10 @@ fn the_vcd_of_the_same_run_adds_up_to_the_breakdown_too() {
         }
     }
     let listed: BTreeSet<&str> = breakdown.keys().map(String::as_str).collect();
-    assert_eq!(charged, listed, "stages with slices in the VCD vs stages in the breakdown");
+    assert_eq!(
+        charged, listed,
+        "stages with slices in the VCD vs stages in the breakdown"
+    );
     println!(
         "{variables} VCD variables; {} stages charged, every one adding up to --breakdown",
         listed.len()
