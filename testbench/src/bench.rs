@@ -484,6 +484,19 @@ impl BenchReport {
         ]))
     }
 
+    /// The same traces as VCD (rnic_vip::vcd; `$timescale 1ps`): the requester as scope
+    /// `device_1`, the responder as `device_2`, each with its stage totals in a
+    /// `rnicStageTotals` comment. None without a trace.
+    pub fn trace_vcd(&self) -> Option<String> {
+        let [requester, responder] = self.traces.as_slice() else {
+            return None;
+        };
+        Some(rnic_vip::vcd::to_vcd(&[
+            (1, "requester NIC", requester),
+            (2, "responder NIC", responder),
+        ]))
+    }
+
     /// A short human-readable summary.
     pub fn to_text(&self) -> String {
         let mut out = String::new();

@@ -44,11 +44,13 @@ struct Arguments {
     /// Write every frame that crossed the wire to this pcap file (Ethernet link type).
     #[arg(long)]
     pcap: Option<PathBuf>,
-    /// Write a trace of both NICs' pipeline stages over the measured span to this file, in
-    /// the Chrome/Perfetto JSON format (ui.perfetto.dev; requester = process 1, responder =
-    /// process 2). Per stage its slices add up to the --breakdown figures.
-    #[arg(long)]
-    trace: Option<PathBuf>,
+    /// Write a trace of both NICs' pipeline stages over the measured span to this file: a
+    /// FILE ending in .vcd gets VCD (waveform viewers; scopes device_1 = requester,
+    /// device_2 = responder), any other the Chrome/Perfetto JSON format (ui.perfetto.dev;
+    /// requester = process 1, responder = process 2). Per stage its slices add up to the
+    /// --breakdown figures. Repeat it for both formats of the same run.
+    #[arg(long, value_name = "FILE")]
+    trace: Vec<PathBuf>,
     /// Record the run (its configuration, every frame and CQE of both NICs with virtual
     /// times, the report's JSON) to this file, as JSON lines; virtual mode.
     #[arg(long, conflicts_with = "replay")]
@@ -251,7 +253,7 @@ fn main() -> ExitCode {
         cq_moderation: arguments.cq_mod,
         single_buffer: arguments.single_buffer,
         connection_manager: arguments.cm,
-        trace: arguments.trace.is_some(),
+        trace: !arguments.trace.is_empty(),
         record: arguments.record.is_some() || arguments.replay.is_some(),
     };
     if arguments.operation.is_none() {
@@ -259,13 +261,13 @@ fn main() -> ExitCode {
             eprintln!("rnic-bench: --device needs an operation (write, read, send or atomic)");
             return ExitCode::FAILURE;
         }
-        if arguments.trace.is_some() || config.record {
+        if !arguments.trace.is_empty() || config.record {
             eprintln!("rnic-bench: --trace, --record and --replay need an operation (the sweep makes many runs)");
             return ExitCode::FAILURE;
         }
         return sweep_main(&arguments, config);
     }
-    if arguments.device.is_some() && (arguments.trace.is_some() || config.record) {
+    if arguments.device.is_some() && (!arguments.trace.is_empty() || config.record) {
         eprintln!("rnic-bench: --trace, --record and --replay are of the in-process NICs: not with --device");
         return ExitCode::FAILURE;
     }
@@ -312,11 +314,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    if let (Ok((report, _)), Some(path)) = (&outcome, &arguments.trace) {
-        let text = report.trace_json().unwrap_or_default();
-        if let Err(error) = std::fs::write(path, text) {
-            eprintln!("rnic-bench: writing {}: {error}", path.display());
-            return ExitCode::FAILURE;
+    if let Ok((report, _)) = &outcome {
+        for path in &arguments.trace {
+            let vcd = path
+                .extension()
+                .is_some_and(|extension| extension.eq_ignore_ascii_case("vcd"));
+            let text = if vcd { report.trace_vcd() } else { report.trace_json() };
+            if let Err(error) = std::fs::write(path, text.unwrap_or_default()) {
+                eprintln!("rnic-bench: writing {}: {error}", path.display());
+                return ExitCode::FAILURE;
+            }
         }
     }
     finish(&arguments, outcome.map(|(report, _)| report), true)

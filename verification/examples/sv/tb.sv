@@ -6,9 +6,10 @@
 // WRITE, carries the frames between the two ports, and checks the completion and the
 // bytes. Device 0 plays the DUT (where RTL would sit): a third model instance, the reference,
 // gets the same stimulus, and its checker is told every frame device 0 transmits, the CQE it
-// writes and its MSI-X messages. With +break_cqe the testbench corrupts the CQE's STATUS as a
-// broken DUT would, and passes only if the checker catches it. Run by
-// verification/examples/sv/run (Verilator).
+// writes, every DMA write a monitor saw on its bus, the EQEs among them (the writes into its
+// CEQ) and its MSI-X messages. With +break_cqe the testbench corrupts the CQE's STATUS (in
+// the CQE and in its DMA write) as a broken DUT would, and passes only if the checker
+// catches it on both streams. Run by verification/examples/sv/run (Verilator).
 import rnicvip_pkg::*;
 
 module tb;
@@ -66,6 +67,14 @@ module tb;
                                                     input longint unsigned message_address,
                                                     input int unsigned message_data);
   import "DPI-C" context function int rnic_vip_check_finish(input chandle device, output longint unsigned mismatches);
+  import "DPI-C" context function void rnic_dpi_monitor(input int memory_id, input int on);
+  import "DPI-C" context function void rnic_dpi_monitor_clock(input int memory_id, input longint unsigned time_ps);
+  import "DPI-C" context function int rnic_dpi_check_dma_writes(input chandle ref_device, input int memory_id,
+                                                          input longint unsigned flip_address, input int flip,
+                                                          output int told);
+  import "DPI-C" context function int rnic_dpi_check_eqes(input chandle ref_device, input int memory_id,
+                                                    input longint unsigned ring, input longint unsigned ring_bytes,
+                                                    input int unsigned eqn, output int told);
   import "DPI-C" context function int rnic_vip_coverage_write(input chandle device, input string path);
   import "DPI-C" context function int rnic_vip_trace_start(input chandle device);
   import "DPI-C" context function int rnic_vip_trace_write(input chandle device, input string path, input int unsigned pid,
@@ -79,11 +88,11 @@ module tb;
   localparam int LENGTH = 4096;
 
   // The checker's streams (RNIC_VIP_CHECK_* of rnicvip.h).
-  localparam int unsigned CHECK_FRAMES = 1, CHECK_CQES = 4, CHECK_MSIX = 16;
+  localparam int unsigned CHECK_FRAMES = 1, CHECK_DMA_WRITES = 2, CHECK_CQES = 4, CHECK_EQES = 8, CHECK_MSIX = 16;
   localparam int REF = 2;  // the reference model of device 0
 
   chandle dev[3];
-  longint unsigned next_free[3], ring[3], mbox_in[3], mbox_out[3];
+  longint unsigned next_free[3], ring[3], mbox_in[3], mbox_out[3], ceq_buffer[3];
   int producer[3];
   int errors = 0;
   int break_cqe = 0;  // +break_cqe: the DUT's CQE is corrupted before the checker sees it
@@ -212,6 +221,7 @@ module tb;
     post_mailbox(d, MB_WriteCqcBt0, CQN, chunk, "WRITE_CQC_BT0");
     // CEQ 0, always armed, and its interrupt.
     ceq = allocate(d, 64 * 4);
+    ceq_buffer[d] = ceq;
     v = '0;
     set_field(v, Eqc_EQ_ST_LO, Eqc_EQ_ST_W, 1);
     set_field(v, Eqc_ARM_ST_LO, Eqc_ARM_ST_W, 3);
@@ -292,13 +302,15 @@ module tb;
   endfunction
 
   // Runs the three devices on one clock and carries frames between the ports of devices 0 and
-  // 1 until `limit` events have passed or the CQE of device 0 is valid. Device 1's frames go
-  // to device 0 and to the reference model; device 0's frames go to device 1 and to the
-  // reference's checker; the reference's own frames are its expectations.
+  // 1 until nothing is pending anywhere (or `limit` events have passed); returns whether the
+  // CQE of device 0 became valid. Device 1's frames go to device 0 and to the reference
+  // model; device 0's frames go to device 1 and to the reference's checker; the reference's
+  // own frames are its expectations. Device 0's bus monitor is stamped with the clock.
   function automatic bit run_until_cqe(input int limit);
     longint unsigned t, next, now;
     int moved = 0, n;
     bit [2047:0] cqe;
+    bit seen = 0;
     for (int step = 0; step < limit; step++) begin
       n = rnic_dpi_forward_checked(dev[0], dev[1], null, dev[REF]);
       if (n < 0) begin
@@ -317,7 +329,8 @@ module tb;
         return 0;
       end
       cqe = mem_read(0, cq_buffer[0], 64);
-      if (get_field(cqe, Cqe_OWNER_LO, Cqe_OWNER_W) == 1) begin
+      if (!seen && get_field(cqe, Cqe_OWNER_LO, Cqe_OWNER_W) == 1) begin
+        seen = 1;
         $display("frames carried between the ports: %0d", moved);
         // The DUT's CQE, seen now, told to the reference's checker.
         check(rnic_vip_now(dev[0], now), "now");
@@ -326,15 +339,15 @@ module tb;
           if (n == 0) fail("the checker accepted the broken CQE");
           else $display("PASS: broken CQE caught: %s", rnic_vip_last_error());
         end else if (n != 0) fail($sformatf("checker, CQE: %s", rnic_vip_last_error()));
-        return 1;
       end
       t = 64'hFFFF_FFFF_FFFF_FFFF;
       for (int d = 0; d < 3; d++)
         if (rnic_vip_next_event_time(dev[d], next) == 0 && next < t) t = next;
-      if (t == 64'hFFFF_FFFF_FFFF_FFFF) return 0;  // nothing pending anywhere
+      if (t == 64'hFFFF_FFFF_FFFF_FFFF) return seen;  // nothing pending anywhere
+      rnic_dpi_monitor_clock(0, t);
       for (int d = 0; d < 3; d++) check(rnic_vip_advance_to(dev[d], t), $sformatf("advance %0d", d));
     end
-    return 0;
+    return seen;
   endfunction
 
   initial begin
@@ -348,6 +361,7 @@ module tb;
     int unsigned msix_data;
     int interrupts = 0;
     longint unsigned mismatches;
+    int different, writes_told, eqes_told;
     string coverage_dir;
     string trace_dir = "";
 
@@ -381,10 +395,13 @@ module tb;
     if (t1 > t0) t0 = t1;
     for (int d = 0; d < 3; d++) check(rnic_vip_advance_to(dev[d], t0), "align");
     // The bring-up's interrupts are not checked; from here on, the reference checks device 0's
-    // frames, CQEs and MSI-X messages, to the picosecond.
+    // frames, DMA writes, CQEs, EQEs and MSI-X messages, to the picosecond.
     for (int d = 0; d < 3; d++)
       while (rnic_vip_msix_poll(dev[d], msix_time, msix_vector, msix_address, msix_data) == 0) begin end
-    check(rnic_vip_check_start_streams(dev[REF], CHECK_FRAMES | CHECK_CQES | CHECK_MSIX, 0), "check start");
+    check(rnic_vip_check_start_streams(dev[REF], CHECK_FRAMES | CHECK_DMA_WRITES | CHECK_CQES | CHECK_EQES | CHECK_MSIX,
+                                       0), "check start");
+    rnic_dpi_monitor_clock(0, t0);
+    rnic_dpi_monitor(0, 1);
     // Trace the WRITE (not the bring-up) when asked to.
     if ($value$plusargs("trace_dir=%s", trace_dir))
       for (int d = 0; d < 2; d++) check(rnic_vip_trace_start(dev[d]), "trace start");
@@ -407,6 +424,15 @@ module tb;
     set_field(wqe, 256 + Sge_ADDR_LO, Sge_ADDR_W, data[0]);
     mem_write(0, qp_buffer[0], wqe, 64);
     mem_write(REF, qp_buffer[REF], wqe, 64);  // the same addresses: the same allocations
+    // CQ arm doorbell (next completion): TAG = CQN, CMD = 4, CQ_CI = 0, CQ_CMD_SN = 1; the CQE
+    // then raises a CEQE on CEQ 0 and its MSI-X message.
+    wqe = '0;
+    set_field(wqe, CqDoorbell_TAG_LO, CqDoorbell_TAG_W, CQN);
+    set_field(wqe, CqDoorbell_CMD_LO, CqDoorbell_CMD_W, 4);
+    set_field(wqe, CqDoorbell_CQ_CI_LO, CqDoorbell_CQ_CI_W, 0);
+    set_field(wqe, CqDoorbell_CQ_CMD_SN_LO, CqDoorbell_CQ_CMD_SN_W, 1);
+    check(rnic_vip_bar_write64(dev[0], DOORBELL_BAR, DB_OFFSET, wqe[63:0]), "CQ arm doorbell");
+    check(rnic_vip_bar_write64(dev[REF], DOORBELL_BAR, DB_OFFSET, wqe[63:0]), "CQ arm doorbell (reference)");
     // SQ doorbell: TAG = QPN, CMD = SQ (0), PI = 1.
     wqe = '0;
     set_field(wqe, Doorbell_TAG_LO, Doorbell_TAG_W, QPN);
@@ -431,8 +457,24 @@ module tb;
       interrupts++;
       check(rnic_vip_check_msix(dev[REF], msix_time, msix_vector, msix_address, msix_data), "checker, MSI-X");
     end
-    // Everything the reference produced, device 0 produced too (the broken CQE aside).
-    if (rnic_vip_check_finish(dev[REF], mismatches) != 0 && !(break_cqe && mismatches == 1))
+    // What device 0's bus monitor saw: every DMA write, and the EQEs among them (the writes
+    // into its CEQ's page), the broken DUT's CQE write corrupted as its CQE was.
+    rnic_dpi_monitor(0, 0);
+    different = rnic_dpi_check_eqes(dev[REF], 0, ceq_buffer[0], 4096, 0, eqes_told);
+    if (different < 0) fail($sformatf("checker, EQEs: %s", rnic_vip_last_error()));
+    else if (different != 0) fail($sformatf("checker, EQE: %s", rnic_vip_last_error()));
+    if (eqes_told == 0) fail("device 0 wrote no CEQE for its armed CQ");
+    different = rnic_dpi_check_dma_writes(dev[REF], 0, cq_buffer[0], break_cqe ? 'h05 : 0, writes_told);
+    if (different < 0) fail($sformatf("checker, DMA writes: %s", rnic_vip_last_error()));
+    else if (break_cqe) begin
+      if (different != 1) fail($sformatf("the checker found %0d different DMA writes, 1 expected", different));
+      else $display("PASS: broken CQE write caught: %s", rnic_vip_last_error());
+    end else if (different != 0) fail($sformatf("checker, DMA write: %s", rnic_vip_last_error()));
+    $display("bus monitor of device 0: %0d DMA writes, %0d EQE(s) told to the checker", writes_told, eqes_told);
+    if (interrupts == 0) fail("device 0 raised no MSI-X message for its CEQE");
+    // Everything the reference produced, device 0 produced too (the broken CQE aside: once as
+    // a CQE, once as a DMA write).
+    if (rnic_vip_check_finish(dev[REF], mismatches) != 0 && !(break_cqe && mismatches == 2))
       fail($sformatf("checker: %0d mismatches; %s", mismatches, rnic_vip_last_error()));
     else $display("checker: device 0 against its reference model: %0d mismatch(es)", mismatches);
     check(rnic_vip_now(dev[0], t0), "now");
