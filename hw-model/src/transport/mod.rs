@@ -235,11 +235,17 @@ impl<I: Io> Engine<I> {
     }
 
     /// A timer of the transport is due.
-    // Inlined into the top's event loop: one call less per transport event.
+    // Inlined into the top's event loop: one call less per transport event, and none for
+    // a transmit event an earlier one superseded (about a third of them in the 8-byte
+    // WRITE run: the call's register saves cost more than the check).
     #[inline]
     pub fn timer(&mut self, timer: Timer) {
         match timer {
-            Timer::Tx => self.transport_tx_event(),
+            Timer::Tx => {
+                if self.transport.next_tx_at == Some(self.now()) {
+                    self.transport_tx_event();
+                }
+            }
             Timer::Rx => self.transport_rx_event(),
             Timer::Ack { qpn, generation } => self.ack_timer_event(qpn, generation),
             Timer::Rnr { qpn, generation } => self.rnr_timer_event(qpn, generation),
@@ -515,12 +521,12 @@ impl<I: Io> Engine<I> {
     }
 
     /// The port: frames whose last bit left go out (or loop back); the next frame is
-    /// built if the pipeline has room and the PCIe read channel is free.
+    /// built if the pipeline has room and the PCIe read channel is free. Runs for the
+    /// pending transmit event only ([`Engine::timer`] drops the ones an earlier event
+    /// superseded).
     pub(crate) fn transport_tx_event(&mut self) {
         let now = self.now();
-        if self.transport.next_tx_at != Some(now) {
-            return; // superseded by an earlier event
-        }
+        debug_assert_eq!(self.transport.next_tx_at, Some(now), "a superseded transmit event");
         self.transport.next_tx_at = None;
         while let Some(frame) = self.io.port().departed(now) {
             self.frame_left_port(frame);

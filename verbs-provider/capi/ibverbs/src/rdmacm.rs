@@ -28,7 +28,7 @@ use rnic_verbs::{QpCapabilities, QpState};
 
 use crate::abi::*;
 use crate::device::{Backend, OpenDevice};
-use crate::verbs::{ah_attributes_c, ctx_of, Cq, Pd, Qp, Srq};
+use crate::verbs::{ah_attributes_c, ctx_of, CmLeftovers, Cq, Pd, Qp, Srq};
 use crate::{diag, guard, set_errno};
 
 const RDMA_PS_IPOIB: c_int = 0x0002;
@@ -689,9 +689,12 @@ unsafe fn release_qp_resources(id: &mut Id) {
         let wrapper = unsafe { Box::from_raw(id.base.qp.cast::<Qp>()) };
         drop(wrapper);
         id.base.qp = null_mut();
-    }
-    if let Err(e) = id.id.destroy_qp() {
-        diag!("rdma_destroy_qp: {e}");
+        // An orphaned id's connection manager side, and its reference, are gone already.
+        if !id.orphaned {
+            if let Err(e) = id.id.destroy_qp() {
+                diag!("rdma_destroy_qp: {e}");
+            }
+        }
     }
     if id.own_cqs {
         // SAFETY: the CQs and channels rdma_create_qp made.
@@ -709,6 +712,46 @@ unsafe fn release_qp_resources(id: &mut Id) {
     }
 }
 
+/// Makes the id's QP, if it still has one, an ordinary QP of the application that
+/// `ibv_destroy_qp` destroys later (what the id made for it goes with it), so that the
+/// QP outlives the id as it does with librdmacm. The connection manager's reference to
+/// the QP goes when the id is destroyed.
+///
+/// # Safety
+/// `id.base.qp` is null or the live QP wrapper `rdma_create_qp` made for `id`.
+unsafe fn detach_qp(id: &mut Id) {
+    // SAFETY: the caller's promise.
+    let Some(wrapper) = (unsafe { id.base.qp.cast::<Qp>().as_mut() }) else {
+        return;
+    };
+    wrapper.cm_owner = 0;
+    let mut leftovers = CmLeftovers {
+        send_cq: null_mut(),
+        recv_cq: null_mut(),
+        send_channel: null_mut(),
+        recv_channel: null_mut(),
+        pd: null_mut(),
+    };
+    if id.own_cqs {
+        leftovers.send_cq = id.base.send_cq;
+        leftovers.recv_cq = id.base.recv_cq;
+        leftovers.send_channel = id.base.send_cq_channel;
+        leftovers.recv_channel = id.base.recv_cq_channel;
+        id.own_cqs = false;
+    }
+    if id.own_pd {
+        leftovers.pd = id.base.pd;
+        id.own_pd = false;
+    }
+    wrapper.cm_leftovers = Some(leftovers);
+    id.base.qp = null_mut();
+    id.base.send_cq = null_mut();
+    id.base.recv_cq = null_mut();
+    id.base.send_cq_channel = null_mut();
+    id.base.recv_cq_channel = null_mut();
+    id.base.pd = null_mut();
+}
+
 /// `rdma_destroy_id`.
 ///
 /// # Safety
@@ -721,8 +764,10 @@ pub unsafe extern "C" fn rnic_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         let Some(ours) = (unsafe { id_of(id) }) else {
             return fail("rdma_destroy_id", libc::EINVAL, "NULL id");
         };
+        // librdmacm's rdma_destroy_id leaves the id's QP alone: rping's server destroys
+        // the id first and the QP afterwards with ibv_destroy_qp.
         // SAFETY: ours.
-        unsafe { release_qp_resources(ours) };
+        unsafe { detach_qp(ours) };
         let result = if ours.orphaned {
             Err(rnic_verbs::cm::CmError::InvalidArgument(
                 "its event channel was destroyed (and the id with it)".into(),
@@ -731,6 +776,10 @@ pub unsafe extern "C" fn rnic_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             ours.id.destroy()
         };
         forget(&state, ours);
+        if ours.own_cqs {
+            // SAFETY: ours, without a QP now.
+            unsafe { release_qp_resources(ours) };
+        }
         if ours.own_pd && !ours.base.pd.is_null() {
             // SAFETY: the PD we allocated for this id.
             unsafe { crate::verbs::ibv_dealloc_pd(ours.base.pd) };
@@ -965,6 +1014,7 @@ pub unsafe extern "C" fn rnic_rdma_create_qp(
             bounce,
             max_inline: cap.max_inline_data,
             cm_owner: ours as *mut Id as usize,
+            cm_leftovers: None,
         }));
         // SAFETY: the id's context is live.
         if let Some(ctx) = unsafe { ctx_of(context) } {

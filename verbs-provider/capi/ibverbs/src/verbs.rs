@@ -85,6 +85,44 @@ pub struct Qp {
     pub max_inline: u32,
     /// The rdma_cm id whose QP this is (`rdma_create_qp`), as an address.
     pub cm_owner: usize,
+    /// What `rdma_create_qp` made for the QP's id (CQs, their channels, a PD) when the id
+    /// was destroyed before the QP: released after the QP, by `ibv_destroy_qp`.
+    pub cm_leftovers: Option<CmLeftovers>,
+}
+
+/// Objects `rdma_create_qp` made for an id whose QP outlived it (`rdma_destroy_id` before
+/// `ibv_destroy_qp`, as rping's server does). Null members are absent.
+pub struct CmLeftovers {
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub send_channel: *mut ibv_comp_channel,
+    pub recv_channel: *mut ibv_comp_channel,
+    pub pd: *mut ibv_pd,
+}
+
+impl CmLeftovers {
+    /// Destroys the CQs, then their channels, then the PD.
+    ///
+    /// # Safety
+    /// The members are null or live objects of this library nothing else uses any more.
+    pub unsafe fn release(self) {
+        // SAFETY: the caller's promise; each call accepts a live object of ours.
+        unsafe {
+            for cq in [self.send_cq, self.recv_cq] {
+                if !cq.is_null() {
+                    ibv_destroy_cq(cq);
+                }
+            }
+            for channel in [self.send_channel, self.recv_channel] {
+                if !channel.is_null() {
+                    ibv_destroy_comp_channel(channel);
+                }
+            }
+            if !self.pd.is_null() {
+                ibv_dealloc_pd(self.pd);
+            }
+        }
+    }
 }
 
 #[repr(C)]
@@ -1636,6 +1674,7 @@ unsafe fn create_qp_common(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr) -> *mut
                 bounce,
                 max_inline: cap.max_inline_data,
                 cm_owner: 0,
+                cm_leftovers: None,
             }));
             // SAFETY: the PD's context is live.
             if let Some(ctx) = unsafe { ctx_of(context) } {
@@ -2031,10 +2070,15 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
                         .qps
                         .remove(&number);
                 }
-                // SAFETY: allocated by Box in create_qp_common.
+                // SAFETY: allocated by Box in create_qp_common or rdma_create_qp.
                 let qp = unsafe { Box::from_raw(qp.cast::<Qp>()) };
                 if let Some(bounce) = qp.bounce {
                     let _ = bounce.into_inner().unwrap_or_else(|e| e.into_inner()).deregister();
+                }
+                if let Some(leftovers) = qp.cm_leftovers {
+                    // SAFETY: made by rdma_create_qp for the destroyed id; only this QP
+                    // used them.
+                    unsafe { leftovers.release() };
                 }
                 0
             }

@@ -64,6 +64,13 @@ fn rping_exchanges_and_verifies_1000_pings() {
     // rping -v prints every ping it verified; the last one is number 999.
     assert!(client.contains("ping data: rdma-ping-999: "), "{client}");
     assert_eq!(client.matches("ping data: rdma-ping-").count(), 1000, "{client}");
+    // rping's server destroys its connection's id before the id's QP (rdma_destroy_id,
+    // then ibv_destroy_qp), which librdmacm allows: the QP outlives the id, and no call
+    // of the teardown is refused or touches what an earlier one freed.
+    let server_log = String::from_utf8_lossy(&result.server.stderr);
+    for verb in ["rdma_destroy", "ibv_destroy", "ibv_dealloc", "ibv_dereg"] {
+        assert!(!server_log.contains(verb), "{server_log}");
+    }
 }
 
 #[test]
