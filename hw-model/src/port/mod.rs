@@ -251,7 +251,10 @@ impl Port {
     #[inline]
     pub fn received(&mut self, now: Picoseconds) -> Option<(u32, Icrc, Vec<u8>)> {
         if self.receive_pipeline.front().is_some_and(|(due, _, _, _)| *due <= now) {
-            return self.receive_pipeline.pop_front().map(|(_, qpn, icrc, frame)| (qpn, icrc, frame));
+            return self
+                .receive_pipeline
+                .pop_front()
+                .map(|(_, qpn, icrc, frame)| (qpn, icrc, frame));
         }
         None
     }

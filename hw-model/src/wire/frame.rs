@@ -318,7 +318,9 @@ pub fn fill_icrc(frame: &mut [u8]) -> bool {
         _ => return false,
     };
     let udp_start = ip_start + ip_len;
-    let Some(udp_length) = frame.get(udp_start + 4..udp_start + 6).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+    let Some(udp_length) = frame
+        .get(udp_start + 4..udp_start + 6)
+        .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
     else {
         return false;
     };
