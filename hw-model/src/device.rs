@@ -30,6 +30,7 @@ use crate::srq::{SharedReceiveQueues, SrqWqe};
 use crate::time::{Picoseconds, Scheduler};
 use crate::timing::TimingModel;
 use crate::transport::{Engine, Timer as TransportTimer, Transport, TransportCounters};
+use crate::wire::{self, Icrc};
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{Cqc, Eqc, Mpt, QpState, Qpc, Srqc};
 use rnic_firmware_if::cqe::Cqe;
@@ -985,16 +986,36 @@ impl Device {
         }
     }
 
-    /// The next Ethernet frame (without FCS) the device has transmitted, if any.
+    /// The next Ethernet frame (without FCS) the device has transmitted, if any, with its
+    /// ICRC: for a network backend, a capture, anyone outside the in-process link.
     #[inline]
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        let frame = self.transport.io.port.poll_transmit()?;
-        services!(self)
-            .probes
-            .observe(Port::Network, services!(self).scheduler.now(), || {
-                Transaction::FrameOut(&frame)
-            });
+        let (mut frame, icrc) = self.poll_transmit_offloaded()?;
+        if icrc == Icrc::Offloaded {
+            wire::fill_icrc(&mut frame);
+        }
         Some(frame)
+    }
+
+    /// The next frame the device has transmitted, for the in-process link: its ICRC may be
+    /// offloaded ([`Icrc::Offloaded`], the field zero), and must then be filled in
+    /// ([`wire::fill_icrc`]) before anyone sees the frame or alters it; a receiver on the
+    /// link may trust it ([`Device::receive_frame_offloaded`]). Frames an observer on the
+    /// network port saw have their ICRC.
+    #[inline]
+    pub fn poll_transmit_offloaded(&mut self) -> Option<(Vec<u8>, Icrc)> {
+        let mut frame = self.transport.io.port.poll_transmit()?;
+        let mut icrc = Icrc::Offloaded;
+        let probe = services!(self).probes.slot(Port::Network);
+        if probe.is_attached() {
+            wire::fill_icrc(&mut frame);
+            icrc = Icrc::Computed;
+            let now = services!(self).scheduler.now();
+            services!(self)
+                .probes
+                .observe(Port::Network, now, || Transaction::FrameOut(&frame));
+        }
+        Some((frame, icrc))
     }
 
     /// Delivers an Ethernet frame (without FCS) to the device's port now. The engines
@@ -1013,12 +1034,26 @@ impl Device {
     /// a frame that waits for the receive pipeline stays in it (no copy). Returns a buffer
     /// for the caller to reuse: this one, or a spare from the device's pool.
     pub fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
-        services!(self)
-            .probes
-            .observe(Port::Network, services!(self).scheduler.now(), || {
-                Transaction::FrameIn(&frame)
-            });
-        self.transport.receive_frame_owned(frame)
+        self.receive_frame_offloaded(frame, Icrc::Computed)
+    }
+
+    /// [`receive_frame_owned`](Self::receive_frame_owned) of a frame from the in-process
+    /// link: an [`Icrc::Offloaded`] frame (unaltered from a device's
+    /// [`poll_transmit_offloaded`](Self::poll_transmit_offloaded)) is not checked. An
+    /// observer on the network port sees it with its ICRC filled in.
+    pub fn receive_frame_offloaded(&mut self, mut frame: Vec<u8>, mut icrc: Icrc) -> Vec<u8> {
+        let probe = services!(self).probes.slot(Port::Network);
+        if probe.is_attached() {
+            if icrc == Icrc::Offloaded {
+                wire::fill_icrc(&mut frame);
+                icrc = Icrc::Computed;
+            }
+            let now = services!(self).scheduler.now();
+            services!(self)
+                .probes
+                .observe(Port::Network, now, || Transaction::FrameIn(&frame));
+        }
+        self.transport.receive_frame_owned(frame, icrc)
     }
 
     /// Returns a buffer obtained from [`Device::poll_transmit`] for reuse, so the data

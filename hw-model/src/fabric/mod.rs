@@ -48,6 +48,20 @@
 //! that queues frames keeps the buffer instead of copying it). So the payload is not
 //! copied on the wire, and once traffic is steady nothing is allocated per frame (except
 //! the capture, when it is on).
+//!
+//! ## Checksum offload
+//!
+//! A frame that goes from one device to another in this process, uncaptured and
+//! unaltered, needs no ICRC, as virtio-net needs no checksum between local guests: the
+//! sender leaves it out ([`Port::poll_transmit_offloaded`] hands out the frame with
+//! [`Icrc::Offloaded`]) and the receiver trusts that mark
+//! ([`Port::receive_frame_offloaded`]). The fabric fills the ICRC in
+//! ([`wire::fill_icrc`]) whenever someone could see or alter the bytes: before a frame is
+//! captured, before the corrupt fault damages it (the receiver then checks it, as it does
+//! every frame with [`Icrc::Computed`]) and before a frame goes to more than one receiver
+//! (duplicates, broadcasts). Frames leaving the process (`Device::poll_transmit`, the
+//! network backends) and frames an observer on a device's network port sees always carry
+//! their ICRC. Nothing the model computes depends on it: the virtual results are the same.
 
 mod fault;
 pub mod pcap;
@@ -58,6 +72,7 @@ pub use fault::{FaultPlan, FaultPlanError, FaultRng};
 
 use crate::device::Device;
 use crate::time::{Picoseconds, TimeQueue};
+use crate::wire::{self, Icrc};
 
 /// Bytes of an Ethernet header without VLAN tag: the shortest frame the fabric forwards.
 pub const ETHERNET_HEADER_LEN: usize = 14;
@@ -88,6 +103,21 @@ pub trait Port {
     fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
         self.receive_frame(&frame);
         frame
+    }
+    /// The next frame, as [`Port::poll_transmit`], with its ICRC possibly left to the link
+    /// ([`Icrc::Offloaded`]: the field is zero). The default hands out frames with their
+    /// ICRC ([`Icrc::Computed`]).
+    fn poll_transmit_offloaded(&mut self) -> Option<(Vec<u8>, Icrc)> {
+        self.poll_transmit().map(|frame| (frame, Icrc::Computed))
+    }
+    /// [`Port::receive_frame_owned`] of a frame whose ICRC is `icrc`: an
+    /// [`Icrc::Offloaded`] frame is unaltered from a port of this fabric and need not be
+    /// checked. The default fills its ICRC in and delivers it as any other frame.
+    fn receive_frame_offloaded(&mut self, mut frame: Vec<u8>, icrc: Icrc) -> Vec<u8> {
+        if icrc == Icrc::Offloaded {
+            wire::fill_icrc(&mut frame);
+        }
+        self.receive_frame_owned(frame)
     }
     /// Gives the port a buffer to reuse, one for each frame [`Port::poll_transmit`]
     /// handed out (not necessarily the same one; its old bytes mean nothing).
@@ -128,6 +158,15 @@ impl Port for Device {
 
     fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
         Device::receive_frame_owned(self, frame)
+    }
+
+    #[inline]
+    fn poll_transmit_offloaded(&mut self) -> Option<(Vec<u8>, Icrc)> {
+        Device::poll_transmit_offloaded(self)
+    }
+
+    fn receive_frame_offloaded(&mut self, frame: Vec<u8>, icrc: Icrc) -> Vec<u8> {
+        Device::receive_frame_offloaded(self, frame, icrc)
     }
 
     fn recycle_frame(&mut self, buffer: Vec<u8>) {
@@ -213,6 +252,8 @@ struct InFlight {
     from: usize,
     /// 1, or 2 for a duplicated frame.
     copies: u8,
+    /// Whether the receiver checks the ICRC or trusts the sender's mark.
+    icrc: Icrc,
     buffer: Vec<u8>,
 }
 
@@ -434,8 +475,8 @@ impl<P: Port> Fabric<P> {
     #[inline]
     fn collect(&mut self, t: Picoseconds) {
         for from in 0..self.ports.len() {
-            while let Some(frame) = self.ports[from].poll_transmit() {
-                self.launch(from, t, frame);
+            while let Some((frame, icrc)) = self.ports[from].poll_transmit_offloaded() {
+                self.launch(from, t, frame, icrc);
             }
         }
     }
@@ -456,9 +497,14 @@ impl<P: Port> Fabric<P> {
     /// left of it.
     // Out of line: `collect` runs on every step, a frame is launched on few of them.
     #[inline(never)]
-    fn launch(&mut self, from: usize, t: Picoseconds, frame: Vec<u8>) {
+    fn launch(&mut self, from: usize, t: Picoseconds, mut frame: Vec<u8>, mut icrc: Icrc) {
         self.statistics.sent += 1;
         if self.capture_on {
+            // Captured bytes are seen outside the process: they carry their ICRC.
+            if icrc == Icrc::Offloaded {
+                wire::fill_icrc(&mut frame);
+                icrc = Icrc::Computed;
+            }
             self.capture.push(CapturedFrame {
                 time: t,
                 from: DeviceId(from),
@@ -491,8 +537,16 @@ impl<P: Port> Fabric<P> {
         self.ports[from].recycle_frame(spare);
         let mut buffer = frame;
 
-        if fate.corrupted && fault::corrupt_frame(&mut buffer, fate.corrupt_choice, fate.corrupt_mask).is_some() {
-            self.statistics.corrupted += 1;
+        if fate.corrupted {
+            // The receiver must see the damage: the ICRC is computed before it is done,
+            // and checked at the other end.
+            if icrc == Icrc::Offloaded {
+                wire::fill_icrc(&mut buffer);
+                icrc = Icrc::Computed;
+            }
+            if fault::corrupt_frame(&mut buffer, fate.corrupt_choice, fate.corrupt_mask).is_some() {
+                self.statistics.corrupted += 1;
+            }
         }
         let copies = if fate.duplicated {
             self.statistics.duplicated += 1;
@@ -505,7 +559,12 @@ impl<P: Port> Fabric<P> {
             self.statistics.delayed += 1;
             arrival = arrival + fate.extra_delay;
         }
-        let frame = InFlight { from, copies, buffer };
+        let frame = InFlight {
+            from,
+            copies,
+            icrc,
+            buffer,
+        };
 
         match &mut self.held[from] {
             Some(held) => {
@@ -574,12 +633,18 @@ impl<P: Port> Fabric<P> {
         // Every receiver but the last gets a copy; the last one takes the buffer.
         let mut left = frame.copies as usize * (0..self.ports.len()).filter(|&id| to(id)).count();
         let mut buffer = frame.buffer;
+        let mut icrc = frame.icrc;
+        if left > 1 && icrc == Icrc::Offloaded {
+            // Copies go through `receive_frame`, which checks: give them their ICRC.
+            wire::fill_icrc(&mut buffer);
+            icrc = Icrc::Computed;
+        }
         for _ in 0..frame.copies {
             for (id, port) in self.ports.iter_mut().enumerate() {
                 if to(id) {
                     left -= 1;
                     if left == 0 {
-                        buffer = port.receive_frame_owned(buffer);
+                        buffer = port.receive_frame_offloaded(buffer, icrc);
                     } else {
                         port.receive_frame(&buffer);
                     }

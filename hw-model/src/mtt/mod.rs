@@ -503,6 +503,35 @@ pub struct TranslationCache {
     valid: Vec<Mtr>,
     /// The entry of `valid` the next newly validated MTR replaces once it is full.
     next_valid: usize,
+    /// The bottom-level BT entries that followed the last walk's, read with it (boxed for
+    /// the same reason as `valid`; allocated at the first walk).
+    run: Option<Box<LeafRun>>,
+}
+
+/// Bottom-level BT entries a walk read past the one it needed: the next pages of the
+/// same MTR region in the same BT page, whose walks would pass the same upper levels.
+/// A stream through a buffer (a multi-packet message, page after page) then walks once
+/// per [`LEAF_RUN`] pages, not once per page, even once the page memo is full. An entry
+/// is used only if the walk would accept it (non-zero, page aligned); any other falls
+/// back to the walk, which gives the error.
+#[derive(Debug, Clone)]
+struct LeafRun {
+    /// The MTR and the run's first page.
+    key: PageKey,
+    /// Entries held, from `key.page` on.
+    count: u64,
+    entries: [u64; LEAF_RUN],
+}
+
+/// Most bottom-level entries a walk reads ahead (one 128-byte read).
+const LEAF_RUN: usize = 16;
+
+/// Where the bottom-level entry of a walk was, and how many entries of the same region
+/// follow it in the same BT page (itself included).
+#[derive(Debug, Clone, Copy)]
+struct Leaf {
+    address: u64,
+    following: u64,
 }
 
 /// MTRs a [`TranslationCache`] remembers as valid.
@@ -512,6 +541,49 @@ impl TranslationCache {
     /// Forgets every page.
     pub fn clear(&mut self) {
         self.pages.clear();
+        if let Some(run) = &mut self.run {
+            run.count = 0;
+        }
+    }
+
+    /// The page base `key` has in the leaf run, if the run holds it and the walk would
+    /// accept its entry.
+    #[inline]
+    fn run_base(&self, key: &PageKey, page_size: u64) -> Option<u64> {
+        let run = self.run.as_deref()?;
+        let at = key.page.wrapping_sub(run.key.page);
+        if at >= run.count
+            || run.key.root != key.root
+            || run.key.shape != key.shape
+            || run.key.page_counts != key.page_counts
+        {
+            return None;
+        }
+        let value = run.entries[at as usize];
+        (value != 0 && value & (page_size - 1) == 0).then_some(value)
+    }
+
+    /// Reads the run of bottom-level entries from the one a walk of `key` used.
+    fn fill_run(&mut self, memory: &dyn HostMemory, key: PageKey, leaf: Leaf) {
+        let count = leaf.following.min(LEAF_RUN as u64);
+        let run = self.run.get_or_insert_with(|| {
+            Box::new(LeafRun {
+                key,
+                count: 0,
+                entries: [0; LEAF_RUN],
+            })
+        });
+        run.count = 0;
+        let mut bytes = [0u8; LEAF_RUN * BT_ENTRY_SIZE as usize];
+        let bytes = &mut bytes[..count as usize * BT_ENTRY_SIZE as usize];
+        if count < 2 || memory.read(leaf.address, bytes).is_err() {
+            return;
+        }
+        for (entry, value) in run.entries.iter_mut().zip(bytes.chunks_exact(BT_ENTRY_SIZE as usize)) {
+            *entry = u64::from_le_bytes(value.try_into().unwrap_or_default());
+        }
+        run.key = key;
+        run.count = count;
     }
 
     /// Pages remembered.
@@ -559,8 +631,18 @@ impl TranslationCache {
         if let Some(&base) = self.pages.get(&key) {
             return Ok(base + in_page);
         }
-        self.validate(mtr)?;
-        let address = translate_valid(memory, mtr, offset)?;
+        let address = match self.run_base(&key, mtr.page_size()) {
+            // The run was read by a walk of this MTR, which validated it.
+            Some(base) => base + in_page,
+            None => {
+                self.validate(mtr)?;
+                let (address, leaf) = walk_valid(memory, mtr, offset)?;
+                if let Some(leaf) = leaf {
+                    self.fill_run(memory, key, leaf);
+                }
+                address
+            }
+        };
         // When full, new pages are simply not remembered (a stream over a large region
         // would only churn the cache) until the owner next clears it.
         if self.pages.len() < TRANSLATION_CACHE_CAPACITY {
@@ -628,13 +710,19 @@ fn translate_pieces<E: From<MttError>>(
 
 /// [`translate`] for an MTR that passed [`Mtr::validate`].
 fn translate_valid(memory: &dyn HostMemory, mtr: &Mtr, offset: u64) -> Result<u64, MttError> {
+    walk_valid(memory, mtr, offset).map(|(address, _)| address)
+}
+
+/// [`translate_valid`], with where the bottom-level entry was (None for a direct MTR).
+#[inline]
+fn walk_valid(memory: &dyn HostMemory, mtr: &Mtr, offset: u64) -> Result<(u64, Option<Leaf>), MttError> {
     let size = mtr.size();
     if offset >= size {
         return Err(MttError::OutOfRange { offset, size });
     }
     if mtr.is_direct() {
         // validate() checked root + size does not wrap.
-        return Ok(mtr.root + offset);
+        return Ok((mtr.root + offset, None));
     }
     let page_size = mtr.page_size();
     let page = offset >> mtr.buffer_page_shift;
@@ -704,8 +792,15 @@ fn translate_valid(memory: &dyn HostMemory, mtr: &Mtr, offset: u64) -> Result<u6
                     page_size,
                 });
             }
+            // The region's entries after this one in this BT page (the root holds every
+            // bottom entry of a one-hop region; a lower BT page holds `unit`).
+            let in_table = if hop == 1 { u64::MAX } else { unit - index };
+            let leaf = Leaf {
+                address,
+                following: (region.page_count - q).min(in_table),
+            };
             // `value` is page aligned, so adding an in-page offset cannot overflow.
-            return Ok(value + in_page);
+            return Ok((value + in_page, Some(leaf)));
         }
         if !is_aligned(value, BT_ENTRY_SIZE) {
             return Err(MttError::MisalignedBtPage {

@@ -621,7 +621,11 @@ fn a_cached_range_from_a_known_first_address_gives_the_walked_pieces() {
     let counting = CountingMemory::new(&memory);
     let mut cache = TranslationCache::default();
     let first = cache.translate(&counting, &mtr, 0xFF0).unwrap();
-    assert_eq!(counting.take(), 2, "the first page is walked once");
+    assert_eq!(
+        counting.take(),
+        3,
+        "the first page is walked once, and the second page's entry read with it"
+    );
     let mut cached = Vec::new();
     try_translate_range_cached(&counting, &mut cache, &mtr, 0xFF0, Some(first), 0x20, |a, l| {
         cached.push((a, l));
@@ -631,7 +635,7 @@ fn a_cached_range_from_a_known_first_address_gives_the_walked_pieces() {
     let mut walked = Vec::new();
     translate_range(&memory, &mtr, 0xFF0, 0x20, |a, l| walked.push((a, l))).unwrap();
     assert_eq!(cached, walked);
-    assert_eq!(counting.take(), 2, "only the second page is walked");
+    assert_eq!(counting.take(), 0, "the second page comes from the run the walk read");
     assert!(matches!(
         try_translate_range_cached(&counting, &mut cache, &mtr, 0x1FF0, Some(first), 0x20, |_, _| Ok::<
             (),
@@ -641,4 +645,40 @@ fn a_cached_range_from_a_known_first_address_gives_the_walked_pieces() {
         )),
         Err(MttError::RangeOutOfRange { .. })
     ));
+}
+
+#[test]
+fn a_stream_through_a_region_walks_once_per_run_of_bottom_entries() {
+    // Hop 1, 64 pages: a walk reads its entry and the next LEAF_RUN - 1 of the region in
+    // one read, and the pages they map need no walk.
+    let memory = PagedMemory::new();
+    let backing = crate::memory::Backing::zeroed(FRAME_SIZE as usize);
+    memory.map_frame(0x1_0000, &backing, 0, true);
+    let pages = 64u64;
+    for page in 0..pages {
+        memory.write_u64(0x1_0000 + page * 8, 0x100_0000 + page * 4096).unwrap();
+    }
+    // A hole the walk refuses: the run does not paper over it.
+    memory.write_u64(0x1_0000 + 40 * 8, 0).unwrap();
+    let mtr = Mtr::single(0x1_0000, 12, 12, pages, 1);
+    let counting = CountingMemory::new(&memory);
+    let mut cache = TranslationCache::default();
+    for page in 0..pages {
+        let offset = page * 4096 + 7;
+        assert_eq!(
+            cache.translate(&counting, &mtr, offset),
+            translate(&memory, &mtr, offset)
+        );
+    }
+    // Walks, each with its run read, at pages 0, 16, 32 and 48; the hole at page 40 is
+    // walked (and refused) on its own, and page 41 still comes from page 32's run.
+    assert_eq!(counting.take(), 2 + 2 + 2 + 1 + 2);
+    assert!(cache.translate(&counting, &mtr, 40 * 4096).is_err());
+
+    // The run is forgotten with the pages: a changed entry is seen after a clear.
+    memory.write_u64(0x1_0000 + 58 * 8, 0x700_0000).unwrap();
+    assert_eq!(cache.translate(&memory, &mtr, 58 * 4096), Ok(0x100_0000 + 58 * 4096));
+    cache.clear();
+    assert_eq!(cache.translate(&memory, &mtr, 57 * 4096), Ok(0x100_0000 + 57 * 4096));
+    assert_eq!(cache.translate(&memory, &mtr, 58 * 4096), Ok(0x700_0000));
 }

@@ -26,6 +26,7 @@ pub use addresses::GidTableEntry;
 pub(crate) use addresses::PortAddresses;
 
 use crate::time::Picoseconds;
+use crate::wire::Icrc;
 
 /// Frame buffers kept for reuse.
 pub(crate) const POOL_LIMIT: usize = 1024;
@@ -58,14 +59,17 @@ pub(crate) struct Port {
     transmit_pipeline: VecDeque<(Picoseconds, Vec<u8>)>,
     /// The port is serialising until then.
     transmit_free: Picoseconds,
-    /// Received frames in the receive pipeline, with the time the engines process them
-    /// and the destination QPN the pipeline read from the BTH.
-    receive_pipeline: VecDeque<(Picoseconds, u32, Vec<u8>)>,
+    /// Received frames in the receive pipeline, with the time the engines process them,
+    /// the destination QPN the pipeline read from the BTH and whether the ICRC is to be
+    /// checked.
+    receive_pipeline: VecDeque<(Picoseconds, u32, Icrc, Vec<u8>)>,
     /// The receive pipeline's PCIe write channel is busy until then.
     receive_free: Picoseconds,
     /// Processing time of the last received frame (frames are processed in order).
     receive_last: Picoseconds,
-    /// Frames that left the port, for `poll_transmit`.
+    /// Frames that left the port, for `poll_transmit`. Every frame the transport emits,
+    /// and so every frame here, has its ICRC offloaded (`wire::Icrc::Offloaded`): the
+    /// device fills it in as the frame leaves the in-process link.
     transmitted: VecDeque<Vec<u8>>,
     /// Free frame buffers.
     pool: Vec<Vec<u8>>,
@@ -127,7 +131,8 @@ impl Port {
     }
 
     /// A buffer from the pool that may still hold an old frame's bytes: only for
-    /// `wire::emit_frame_overwriting`, which writes or zeroes every byte it keeps.
+    /// `wire::emit_frame_overwriting` / `emit_frame_offloaded`, which write or zero every
+    /// byte they keep.
     #[inline]
     pub fn take_frame_buffer(&mut self) -> Vec<u8> {
         self.pool.pop().unwrap_or_else(|| Vec::with_capacity(FRAME_CAPACITY))
@@ -235,17 +240,21 @@ impl Port {
         self.receive_pipeline.is_empty()
     }
 
-    /// Queues a booked frame, due at `due`, for destination QP `qpn`.
+    /// Queues a booked frame, due at `due`, for destination QP `qpn`, with its ICRC to
+    /// check (`Icrc::Computed`) or to trust.
     #[inline]
-    pub fn queue_received(&mut self, due: Picoseconds, qpn: u32, frame: Vec<u8>) {
-        self.receive_pipeline.push_back((due, qpn, frame));
+    pub fn queue_received(&mut self, due: Picoseconds, qpn: u32, icrc: Icrc, frame: Vec<u8>) {
+        self.receive_pipeline.push_back((due, qpn, icrc, frame));
     }
 
-    /// The oldest received frame if it is due by `now`, with its QPN.
+    /// The oldest received frame if it is due by `now`, with its QPN and ICRC state.
     #[inline]
-    pub fn received(&mut self, now: Picoseconds) -> Option<(u32, Vec<u8>)> {
-        if self.receive_pipeline.front().is_some_and(|(due, _, _)| *due <= now) {
-            return self.receive_pipeline.pop_front().map(|(_, qpn, frame)| (qpn, frame));
+    pub fn received(&mut self, now: Picoseconds) -> Option<(u32, Icrc, Vec<u8>)> {
+        if self.receive_pipeline.front().is_some_and(|(due, _, _, _)| *due <= now) {
+            return self
+                .receive_pipeline
+                .pop_front()
+                .map(|(_, qpn, icrc, frame)| (qpn, icrc, frame));
         }
         None
     }
@@ -320,17 +329,17 @@ mod tests {
         assert_eq!(start, Picoseconds(10));
         let due = port.receive_book(start, Picoseconds(40), Picoseconds(100));
         assert_eq!(due, Picoseconds(110));
-        port.queue_received(due, 7, vec![1]);
+        port.queue_received(due, 7, Icrc::Computed, vec![1]);
         // The next frame waits for the write channel and is not processed before the first.
         let start = port.receive_start(Picoseconds(20));
         assert_eq!(start, Picoseconds(50));
         let due = port.receive_book(start, Picoseconds(1), Picoseconds(5));
         assert_eq!(due, Picoseconds(110));
-        port.queue_received(due, 8, vec![2]);
+        port.queue_received(due, 8, Icrc::Offloaded, vec![2]);
         assert!(!port.receive_pipeline_is_empty());
         assert_eq!(port.received(Picoseconds(109)), None);
-        assert_eq!(port.received(Picoseconds(110)), Some((7, vec![1])));
-        assert_eq!(port.received(Picoseconds(110)), Some((8, vec![2])));
+        assert_eq!(port.received(Picoseconds(110)), Some((7, Icrc::Computed, vec![1])));
+        assert_eq!(port.received(Picoseconds(110)), Some((8, Icrc::Offloaded, vec![2])));
         assert!(port.receive_pipeline_is_empty());
         assert_eq!(port.counters().frames_received, 2);
     }

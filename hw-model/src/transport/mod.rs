@@ -66,7 +66,7 @@ use crate::qp::Transition;
 use crate::srq::SrqWqe;
 use crate::time::Picoseconds;
 use crate::timing::{FrameCharges, Stage, TimingModel};
-use crate::wire;
+use crate::wire::{self, Icrc};
 
 /// What the transport needs from the rest of the device.
 pub(crate) trait Io {
@@ -374,25 +374,32 @@ impl<I: Io> Engine<I> {
     /// process it when it has been through the receive pipeline (at once with zero
     /// receive-side costs, e.g. the `ideal` preset).
     pub fn receive_frame(&mut self, frame: &[u8]) {
-        if let Some((due, qpn)) = self.admit_frame(frame) {
+        self.receive_frame_with(frame, Icrc::Computed);
+    }
+
+    /// [`receive_frame`](Self::receive_frame) with the frame's ICRC state: an
+    /// [`Icrc::Offloaded`] frame is not checked.
+    fn receive_frame_with(&mut self, frame: &[u8], icrc: Icrc) {
+        if let Some((due, qpn)) = self.admit_frame(frame, icrc) {
             let mut buffer = self.io.port().take_buffer();
             buffer.extend_from_slice(frame);
-            self.queue_frame(due, qpn, buffer);
+            self.queue_frame(due, qpn, icrc, buffer);
         }
     }
 
     /// [`receive_frame`](Self::receive_frame) of a frame in a buffer the device may keep:
     /// a frame that waits for the receive pipeline stays in it (no copy). Returns a buffer
-    /// for the caller to reuse: this one, or a spare from the device's pool.
-    pub fn receive_frame_owned(&mut self, frame: Vec<u8>) -> Vec<u8> {
-        match self.admit_frame(&frame) {
+    /// for the caller to reuse: this one, or a spare from the device's pool. `icrc` says
+    /// whether the frame's ICRC is checked ([`Icrc::Computed`]) or trusted.
+    pub fn receive_frame_owned(&mut self, frame: Vec<u8>, icrc: Icrc) -> Vec<u8> {
+        match self.admit_frame(&frame, icrc) {
             None => frame,
             Some((due, qpn)) => {
                 // Not cleared: the buffer ends up under a transmitted frame, and
-                // `emit_frame_overwriting` reaches the frame's length without a memset
+                // `emit_frame_offloaded` reaches the frame's length without a memset
                 // only if the old bytes are still there.
                 let spare = self.io.port().take_frame_buffer();
-                self.queue_frame(due, qpn, frame);
+                self.queue_frame(due, qpn, icrc, frame);
                 spare
             }
         }
@@ -400,7 +407,7 @@ impl<I: Io> Engine<I> {
 
     /// Charges a received frame's receive-side costs; processes it at once when it is
     /// due now and nothing is queued (then None), or returns when it is due and its QPN.
-    fn admit_frame(&mut self, frame: &[u8]) -> Option<(Picoseconds, u32)> {
+    fn admit_frame(&mut self, frame: &[u8], icrc: Icrc) -> Option<(Picoseconds, u32)> {
         let now = self.now();
         let start = self.io.port().receive_start(now);
         let params = *self.io.timing().params();
@@ -427,37 +434,37 @@ impl<I: Io> Engine<I> {
         }
         let due = self.io.port().receive_book(start, link, pipeline + write + cqe);
         if due == now && self.io.port().receive_pipeline_is_empty() {
-            self.process_frame(info.qpn, frame);
+            self.process_frame(info.qpn, frame, icrc);
             return None;
         }
         Some((due, info.qpn))
     }
 
     /// Queues an admitted frame for the receive pipeline event at `due`.
-    fn queue_frame(&mut self, due: Picoseconds, qpn: u32, frame: Vec<u8>) {
-        self.io.port().queue_received(due, qpn, frame);
+    fn queue_frame(&mut self, due: Picoseconds, qpn: u32, icrc: Icrc, frame: Vec<u8>) {
+        self.io.port().queue_received(due, qpn, icrc, frame);
         self.io.schedule_at(due, Timer::Rx);
     }
 
     /// The receive pipeline delivers every frame due by now to the engines.
     pub(crate) fn transport_rx_event(&mut self) {
-        while let Some((qpn, frame)) = {
+        while let Some((qpn, icrc, frame)) = {
             let now = self.now();
             self.io.port().received(now)
         } {
-            self.process_frame(qpn, &frame);
+            self.process_frame(qpn, &frame, icrc);
             self.io.port().give_buffer(frame);
         }
     }
 
     /// Runs a received frame through the engines; receive-side costs found on the way
     /// (translation, atomics' reads) delay the QP's next response.
-    fn process_frame(&mut self, qpn: u32, frame: &[u8]) {
+    fn process_frame(&mut self, qpn: u32, frame: &[u8], icrc: Icrc) {
         self.io.timing().frame = FrameCharges {
             qpn,
             ..FrameCharges::default()
         };
-        self.parse_and_dispatch(frame);
+        self.parse_and_dispatch(frame, icrc);
         let charges = std::mem::take(&mut self.io.timing().frame);
         let mut delay = charges.latency;
         if charges.read_bytes > 0 {
@@ -473,9 +480,9 @@ impl<I: Io> Engine<I> {
         }
     }
 
-    fn parse_and_dispatch(&mut self, frame: &[u8]) {
+    fn parse_and_dispatch(&mut self, frame: &[u8], icrc: Icrc) {
         // Borrowed, not moved out of the Result: a parsed frame is large.
-        let result = wire::parse_frame(frame);
+        let result = wire::parse_frame_with(frame, icrc);
         let parsed = match &result {
             Ok(parsed) => parsed,
             Err(error) => {
@@ -640,7 +647,8 @@ impl<I: Io> Engine<I> {
     /// A frame left the port: to ourselves (loopback) or out to `poll_transmit`.
     fn frame_left_port(&mut self, frame: Vec<u8>) {
         if let Some(frame) = self.io.port().frame_left(frame) {
-            self.receive_frame(&frame);
+            // Looped back inside the device: nobody else sees it, nothing alters it.
+            self.receive_frame_with(&frame, Icrc::Offloaded);
             self.io.port().give_buffer(frame);
         }
     }

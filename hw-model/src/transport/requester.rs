@@ -307,7 +307,7 @@ impl<I: Io> Engine<I> {
         let mut failure = None;
         let pd = config.pd;
         // On success the gather writes every payload byte; on failure the frame is dropped.
-        wire::emit_frame_overwriting(&repr, payload_length, &mut buffer, |payload| {
+        wire::emit_frame_offloaded(&repr, payload_length, &mut buffer, |payload| {
             if payload.is_empty() {
                 return;
             }

@@ -954,13 +954,13 @@ impl<I: Io> Engine<I> {
         match response {
             Response::Ack { syndrome, .. } => {
                 repr.aeth = Some(AethRepr { syndrome, msn });
-                wire::emit_frame_overwriting(&repr, 0, &mut buffer, |_| {});
+                wire::emit_frame_offloaded(&repr, 0, &mut buffer, |_| {});
                 self.transport.qps.get_mut(&qpn)?.responder.pending.pop_front();
             }
             Response::Atomic { original, .. } => {
                 repr.aeth = Some(ack);
                 repr.atomic_ack = Some(original);
-                wire::emit_frame_overwriting(&repr, 0, &mut buffer, |_| {});
+                wire::emit_frame_offloaded(&repr, 0, &mut buffer, |_| {});
                 self.transport.qps.get_mut(&qpn)?.responder.pending.pop_front();
             }
             Response::Read {
@@ -978,7 +978,7 @@ impl<I: Io> Engine<I> {
                 }
                 repr.bth.pad_count = pad_for(length as usize);
                 let mut failure = None;
-                wire::emit_frame_overwriting(&repr, length as usize, &mut buffer, |payload| {
+                wire::emit_frame_offloaded(&repr, length as usize, &mut buffer, |payload| {
                     if payload.is_empty() {
                         return;
                     }

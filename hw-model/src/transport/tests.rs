@@ -92,6 +92,27 @@ fn a_bad_icrc_is_counted_as_such() {
 }
 
 #[test]
+fn an_offloaded_frame_is_trusted_and_any_other_has_its_icrc_checked() {
+    let mut device = device();
+    // The frame with its ICRC field zero, as a device on the in-process link emits it.
+    let mut frame = write_only(&device, 0x10);
+    let at = frame.len() - wire::icrc::ICRC_LEN;
+    frame[at..].fill(0);
+    // Marked offloaded: trusted, it goes on to the transport's checks (no such QP).
+    device.receive_frame_offloaded(frame.clone(), Icrc::Offloaded);
+    device.advance_to(device.now() + Picoseconds::from_micros(10));
+    assert_eq!(device.transport_counters().icrc_errors, 0);
+    assert_eq!(device.diagnostics().last().unwrap().field, "BTH DestQP");
+    // Marked computed, or from the network: checked and caught.
+    device.receive_frame_offloaded(frame.clone(), Icrc::Computed);
+    device.advance_to(device.now() + Picoseconds::from_micros(10));
+    device.receive_frame(&frame);
+    device.advance_to(device.now() + Picoseconds::from_micros(10));
+    assert_eq!(device.transport_counters().icrc_errors, 2);
+    assert_eq!(device.diagnostics().last().unwrap().field, "ICRC");
+}
+
+#[test]
 fn frames_for_no_live_qp_or_another_address_are_dropped() {
     let mut device = device();
     let frame = write_only(&device, 0x10);

@@ -259,7 +259,7 @@ pub fn emit_frame(repr: &RoceRepr, payload: &[u8], out: &mut Vec<u8>) {
 /// frame, ...). In release builds such a repr is emitted as the opcode dictates: a missing
 /// header is written as zeros and an extra one is ignored.
 pub fn emit_frame_with(repr: &RoceRepr, payload_length: usize, out: &mut Vec<u8>, fill: impl FnOnce(&mut [u8])) {
-    emit_frame_inner(repr, payload_length, out, true, fill);
+    emit_frame_inner(repr, payload_length, out, true, Icrc::Computed, fill);
 }
 
 /// Like [`emit_frame_with`], but the payload bytes `fill` gets are not zeroed first: they
@@ -268,14 +268,79 @@ pub fn emit_frame_with(repr: &RoceRepr, payload_length: usize, out: &mut Vec<u8>
 /// fields, pad, ICRC) is written as [`emit_frame_with`] writes it. This saves zero-filling
 /// the payload of every frame when `out` is a recycled buffer.
 pub fn emit_frame_overwriting(repr: &RoceRepr, payload_length: usize, out: &mut Vec<u8>, fill: impl FnOnce(&mut [u8])) {
-    emit_frame_inner(repr, payload_length, out, false, fill);
+    emit_frame_inner(repr, payload_length, out, false, Icrc::Computed, fill);
 }
 
+/// [`emit_frame_overwriting`] with the ICRC left to whoever the frame goes to
+/// ([`Icrc::Offloaded`]): the four ICRC bytes are written as zeros and no CRC is computed.
+/// The frame must get its ICRC ([`fill_icrc`]) before anyone outside the in-process link
+/// sees it (a capture, a socket, an observer, a fault that alters it).
+pub fn emit_frame_offloaded(repr: &RoceRepr, payload_length: usize, out: &mut Vec<u8>, fill: impl FnOnce(&mut [u8])) {
+    emit_frame_inner(repr, payload_length, out, false, Icrc::Offloaded, fill);
+}
+
+/// Whether a frame's ICRC field holds the frame's ICRC: the checksum offload of the
+/// in-process link, as virtio-net's `NEEDS_CSUM` / `DATA_VALID` flags between local guests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Icrc {
+    /// The ICRC field holds the ICRC the frame had when it was sent, or whatever the
+    /// network delivered: a receiver checks it.
+    Computed,
+    /// The frame comes unaltered from a device in this process, which did not compute its
+    /// ICRC (the field is zero): a receiver trusts it without a check, and whoever shows
+    /// the frame to anyone else fills it in first ([`fill_icrc`]).
+    Offloaded,
+}
+
+/// Writes the ICRC of a RoCEv2 frame (Ethernet, optionally one 802.1Q tag, IPv4 or IPv6,
+/// UDP) into its last four bytes covered by the UDP length, as [`emit_frame`] computes
+/// it. Returns false, and changes nothing, if the frame is too short for its IP and UDP
+/// headers or its UDP length, or is not IP; it checks nothing else (the frame is one this
+/// device emitted).
+pub fn fill_icrc(frame: &mut [u8]) -> bool {
+    let Some(ethertype) = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]])) else {
+        return false;
+    };
+    let (ethertype, ip_start) = if ethertype == ethernet::ETHERTYPE_VLAN {
+        match frame.get(16..18) {
+            Some(b) => (u16::from_be_bytes([b[0], b[1]]), ethernet::VLAN_HEADER_LEN),
+            None => return false,
+        }
+    } else {
+        (ethertype, ethernet::HEADER_LEN)
+    };
+    let ip_len = match ethertype {
+        ETHERTYPE_IPV4 => match frame.get(ip_start) {
+            Some(first) => usize::from(first & 0x0F) * 4,
+            None => return false,
+        },
+        ETHERTYPE_IPV6 => ipv6::HEADER_LEN,
+        _ => return false,
+    };
+    let udp_start = ip_start + ip_len;
+    let Some(udp_length) = frame
+        .get(udp_start + 4..udp_start + 6)
+        .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+    else {
+        return false;
+    };
+    let udp_end = udp_start + udp_length;
+    if ip_len < ipv4::HEADER_LEN || udp_length < udp::HEADER_LEN + bth::HEADER_LEN + ICRC_LEN || udp_end > frame.len() {
+        return false;
+    }
+    let icrc_start = udp_end - ICRC_LEN;
+    let value = icrc::icrc_masking_in_place(&mut frame[ip_start..icrc_start]);
+    frame[icrc_start..udp_end].copy_from_slice(&icrc::to_wire(value));
+    true
+}
+
+#[inline(always)]
 fn emit_frame_inner(
     repr: &RoceRepr,
     payload_length: usize,
     out: &mut Vec<u8>,
     zero_payload: bool,
+    icrc_mode: Icrc,
     fill: impl FnOnce(&mut [u8]),
 ) {
     #[cfg(debug_assertions)]
@@ -395,9 +460,14 @@ fn emit_frame_inner(
     fill(&mut frame[payload]);
     frame[next(pad)].fill(0);
     let icrc_range = next(ICRC_LEN);
-    // The frame is ours to write: mask it in place rather than copy its headers.
-    let value = icrc::icrc_masking_in_place(&mut frame[ip_start..icrc_range.start]);
-    frame[icrc_range].copy_from_slice(&icrc::to_wire(value));
+    match icrc_mode {
+        Icrc::Computed => {
+            // The frame is ours to write: mask it in place rather than copy its headers.
+            let value = icrc::icrc_masking_in_place(&mut frame[ip_start..icrc_range.start]);
+            frame[icrc_range].copy_from_slice(&icrc::to_wire(value));
+        }
+        Icrc::Offloaded => frame[icrc_range].fill(0),
+    }
 }
 
 /// Parses and validates a whole Ethernet frame (no FCS).
@@ -419,6 +489,32 @@ fn emit_frame_inner(
 /// # Errors
 /// The first failed check, as a [`WireError`].
 pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>, WireError> {
+    parse_frame_inner(frame, Icrc::Computed)
+}
+
+/// [`parse_frame`] of a frame whose ICRC is trusted ([`Icrc::Offloaded`]: it comes
+/// unaltered from a device in this process): every check but the ICRC's.
+///
+/// # Errors
+/// As [`parse_frame`], never [`WireError::BadIcrc`].
+pub fn parse_frame_offloaded(frame: &[u8]) -> Result<ParsedFrame<'_>, WireError> {
+    parse_frame_inner(frame, Icrc::Offloaded)
+}
+
+/// [`parse_frame`] or [`parse_frame_offloaded`], as `icrc` says.
+///
+/// # Errors
+/// As [`parse_frame`].
+#[inline]
+pub fn parse_frame_with(frame: &[u8], icrc: Icrc) -> Result<ParsedFrame<'_>, WireError> {
+    match icrc {
+        Icrc::Computed => parse_frame(frame),
+        Icrc::Offloaded => parse_frame_offloaded(frame),
+    }
+}
+
+#[inline(always)]
+fn parse_frame_inner(frame: &[u8], icrc_mode: Icrc) -> Result<ParsedFrame<'_>, WireError> {
     let eth_packet = ethernet::Packet::new_checked(frame)?;
     let ethernet = EthernetRepr::parse(&eth_packet)?;
     let ip_start = eth_packet.header_len();
@@ -464,15 +560,17 @@ pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>, WireError> {
     super::check_len("ICRC", ICRC_LEN, udp_end - bth_start - bth::HEADER_LEN)?;
 
     let icrc_start = udp_end - ICRC_LEN;
-    let found = icrc::from_wire([
-        frame[icrc_start],
-        frame[icrc_start + 1],
-        frame[icrc_start + 2],
-        frame[icrc_start + 3],
-    ]);
-    let computed = icrc::icrc(&frame[ip_start..icrc_start]);
-    if computed != found {
-        return Err(WireError::BadIcrc { computed, found });
+    if icrc_mode == Icrc::Computed {
+        let found = icrc::from_wire([
+            frame[icrc_start],
+            frame[icrc_start + 1],
+            frame[icrc_start + 2],
+            frame[icrc_start + 3],
+        ]);
+        let computed = icrc::icrc(&frame[ip_start..icrc_start]);
+        if computed != found {
+            return Err(WireError::BadIcrc { computed, found });
+        }
     }
 
     // Everything from here on lies before the ICRC.

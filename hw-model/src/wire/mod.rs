@@ -80,8 +80,9 @@ pub use bth::BthRepr;
 pub use deth::DethRepr;
 pub use ethernet::{EthernetRepr, VlanTag};
 pub use frame::{
-    emit_frame, emit_frame_overwriting, emit_frame_with, frame_length, gid_to_ipv4, ipv4_to_gid, pad_len, parse_frame,
-    udp_source_port, IpRepr, ParsedFrame, RoceRepr,
+    emit_frame, emit_frame_offloaded, emit_frame_overwriting, emit_frame_with, fill_icrc, frame_length, gid_to_ipv4,
+    ipv4_to_gid, pad_len, parse_frame, parse_frame_offloaded, parse_frame_with, udp_source_port, Icrc, IpRepr,
+    ParsedFrame, RoceRepr,
 };
 pub use icrc::icrc;
 pub use ieth::IethRepr;
