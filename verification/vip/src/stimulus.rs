@@ -66,7 +66,10 @@ impl WrOpcode {
 
     /// Whether the responder completes a receive for it.
     pub fn consumes_receive(self) -> bool {
-        matches!(self, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm)
+        matches!(
+            self,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
+        )
     }
 
     /// Whether it carries an immediate.
@@ -449,7 +452,9 @@ impl Scoreboard {
             seed: self.seed,
             qpn,
             wr,
-            request: wr.and_then(|i| self.requests.get(i as usize)).map(WorkRequest::describe),
+            request: wr
+                .and_then(|i| self.requests.get(i as usize))
+                .map(WorkRequest::describe),
             detail,
         };
         self.mismatches.push(mismatch.clone());
@@ -519,7 +524,11 @@ impl Scoreboard {
             format!("responder buffer +{:#x}", request.remote_offset)
         };
         if bytes.len() != expected.len() {
-            let detail = format!("data at {place}: expected {} bytes, got {}", expected.len(), bytes.len());
+            let detail = format!(
+                "data at {place}: expected {} bytes, got {}",
+                expected.len(),
+                bytes.len()
+            );
             return Err(self.mismatch(request.qpn, Some(wr), detail));
         }
         if let Some(at) = expected.iter().zip(bytes).position(|(e, g)| e != g) {
@@ -606,7 +615,11 @@ mod tests {
                     side: Side::Responder,
                     wr_id: None,
                     status: 0,
-                    byte_len: Some(if r.opcode == WrOpcode::RdmaWriteWithImm { 0 } else { r.length }),
+                    byte_len: Some(if r.opcode == WrOpcode::RdmaWriteWithImm {
+                        0
+                    } else {
+                        r.length
+                    }),
                     immediate: r.immediate,
                 });
             }
@@ -710,7 +723,10 @@ mod tests {
         assert_eq!(caught.len(), 1, "{caught:?}");
         let message = &caught[0];
         assert!(message.starts_with("seed 24301: QP 0x11, "), "{message}");
-        assert!(message.contains(&format!("WR {} ({}", victim.index, victim.opcode.name())), "{message}");
+        assert!(
+            message.contains(&format!("WR {} ({}", victim.index, victim.opcode.name())),
+            "{message}"
+        );
         assert!(message.contains("byte 9"), "{message}");
         assert_eq!(scoreboard.finish().len(), 1);
     }
@@ -724,7 +740,10 @@ mod tests {
         let mut bad = completions[0];
         bad.status = 5;
         let error = scoreboard.complete(&bad).unwrap_err().to_string();
-        assert!(error.contains("seed 5") && error.contains("WR 0") && error.contains("got 0x5"), "{error}");
+        assert!(
+            error.contains("seed 5") && error.contains("WR 0") && error.contains("got 0x5"),
+            "{error}"
+        );
         // Two send completions of one QP swapped.
         let mut scoreboard = Scoreboard::new(&stimulus);
         let first = stimulus.requests()[0].clone();
