@@ -208,8 +208,7 @@ def perfect_run(stimulus):
     for r in stimulus.requests():
         completions.append(dict(qpn=r.qpn, side="requester", wr_id=r.index))
         if r.consumes_receive:
-            length = 0 if r.opcode == "RDMA_WRITE_WITH_IMM" else r.length
-            completions.append(dict(qpn=r.remote_qpn, side="responder", byte_len=length, immediate=r.immediate))
+            completions.append(dict(qpn=r.remote_qpn, side="responder", byte_len=r.length, immediate=r.immediate))
         data.append((r.index, r.payload()))
     return completions, data
 

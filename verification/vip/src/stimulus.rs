@@ -487,11 +487,9 @@ impl Scoreboard {
             return Err(self.mismatch(completion.qpn, Some(expected), detail));
         }
         if completion.side == Side::Responder {
-            let want_length = if request.opcode == WrOpcode::RdmaWriteWithImm {
-                0
-            } else {
-                request.length
-            };
+            // WRITE with immediate too: the receive reports the bytes written (as rxe and
+            // the model do).
+            let want_length = request.length;
             if let Some(got) = completion.byte_len.filter(|got| *got != want_length) {
                 let detail = format!("{side} byte_len: expected {want_length}, got {got}");
                 return Err(self.mismatch(completion.qpn, Some(expected), detail));
@@ -615,11 +613,7 @@ mod tests {
                     side: Side::Responder,
                     wr_id: None,
                     status: 0,
-                    byte_len: Some(if r.opcode == WrOpcode::RdmaWriteWithImm {
-                        0
-                    } else {
-                        r.length
-                    }),
+                    byte_len: Some(r.length),
                     immediate: r.immediate,
                 });
             }
