@@ -23,7 +23,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use rnic_firmware_if::mailbox::ContextTable;
 use rnic_hw_model::Picoseconds;
-use vip::checker::Mismatch;
+use vip::checker::{EventQueue, Mismatch, Stream, Streams};
 use vip::stimulus::{
     Completion, QpPair, Scoreboard as CoreScoreboard, Side, SizeClass, Stimulus as CoreStimulus, StimulusConfig,
     StimulusError, WorkRequest as CoreWorkRequest, WrOpcode,
@@ -94,8 +94,10 @@ fn context_table(table: &Bound<'_, PyAny>) -> PyResult<ContextTable> {
 
 fn mismatch_dict<'py>(py: Python<'py>, m: &Mismatch) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    dict.set_item("frame", m.frame)?;
+    dict.set_item("stream", m.stream.name())?;
+    dict.set_item("index", m.index)?;
     dict.set_item("qpn", m.qpn)?;
+    dict.set_item("queue", &m.queue)?;
     dict.set_item("field", &m.field)?;
     dict.set_item("model", &m.expected)?;
     dict.set_item("dut", &m.actual)?;
@@ -403,16 +405,32 @@ impl Session {
         })
     }
 
-    /// Starts the port checker: every frame the model transmits from now on is expected
-    /// from the DUT; transmit times must agree within `tolerance_ps` (None: not compared).
-    #[pyo3(signature = (tolerance_ps = None))]
-    fn check_start(&mut self, tolerance_ps: Option<u64>) {
-        self.inner.start_check(tolerance_ps.map(Picoseconds));
+    /// Starts the checker: every output of the model in `streams` from now on is expected
+    /// from the DUT (`"frame"`, `"dma_write"`, `"cqe"`, `"eqe"`, `"msix"`; None: frames
+    /// only); times must agree within `tolerance_ps` (None: not compared).
+    #[pyo3(signature = (tolerance_ps = None, streams = None))]
+    fn check_start(&mut self, tolerance_ps: Option<u64>, streams: Option<Vec<String>>) -> PyResult<()> {
+        guard(|| {
+            let mut set = Streams::default();
+            for name in streams.unwrap_or_else(|| vec!["frame".into()]) {
+                let stream = match name.as_str() {
+                    "frame" => Stream::Frame,
+                    "dma_write" => Stream::DmaWrite,
+                    "cqe" => Stream::Cqe,
+                    "eqe" => Stream::Eqe,
+                    "msix" => Stream::Msix,
+                    _ => return Err(invalid(format!("stream {name:?}: frame, dma_write, cqe, eqe or msix"))),
+                };
+                set = Streams(set.0 | stream.bit());
+            }
+            self.inner.start_check_streams(set, tolerance_ps.map(Picoseconds));
+            Ok(())
+        })
     }
 
     /// Notifies a frame the DUT transmitted at `time_ps`; returns None when it matches the
-    /// model's next frame for its QP, or the mismatch as a dict (`frame`, `qpn`, `field`,
-    /// `model`, `dut`, `message`), which the checker also keeps.
+    /// model's next frame for its QP, or the mismatch as a dict (`stream`, `index`, `qpn`,
+    /// `queue`, `field`, `model`, `dut`, `message`), which the checker also keeps.
     fn check_frame<'py>(
         &mut self,
         py: Python<'py>,
@@ -421,6 +439,79 @@ impl Session {
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
         guard(|| {
             let mismatch = self.inner.check_frame(Picoseconds(time_ps), frame).map_err(error)?;
+            mismatch.map(|m| mismatch_dict(py, &m)).transpose()
+        })
+    }
+
+    /// Notifies a DMA write of the DUT (`data` at `address`); as `check_frame`.
+    fn check_dma_write<'py>(
+        &mut self,
+        py: Python<'py>,
+        time_ps: u64,
+        address: u64,
+        data: &[u8],
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        guard(|| {
+            let mismatch = self
+                .inner
+                .check_dma_write(Picoseconds(time_ps), address, data)
+                .map_err(error)?;
+            mismatch.map(|m| mismatch_dict(py, &m)).transpose()
+        })
+    }
+
+    /// Notifies a CQE the DUT wrote to CQ `cqn` (its bytes, owner bit included); as
+    /// `check_frame`.
+    fn check_cqe<'py>(
+        &mut self,
+        py: Python<'py>,
+        time_ps: u64,
+        cqn: u32,
+        entry: &[u8],
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        guard(|| {
+            let mismatch = self.inner.check_cqe(Picoseconds(time_ps), cqn, entry).map_err(error)?;
+            mismatch.map(|m| mismatch_dict(py, &m)).transpose()
+        })
+    }
+
+    /// Notifies an EQE the DUT wrote to completion EQ `queue` (an int) or to the
+    /// asynchronous EQ (`"async"`); as `check_frame`.
+    fn check_eqe<'py>(
+        &mut self,
+        py: Python<'py>,
+        time_ps: u64,
+        queue: &Bound<'py, PyAny>,
+        entry: &[u8],
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        guard(|| {
+            let queue = match queue.extract::<u32>() {
+                Ok(ceqn) => EventQueue::Completion(ceqn),
+                Err(_) if queue.extract::<String>().is_ok_and(|q| q == "async") => EventQueue::Async,
+                Err(_) => return Err(invalid("EQE queue: a completion EQ number or \"async\"")),
+            };
+            let mismatch = self
+                .inner
+                .check_eqe(Picoseconds(time_ps), queue, entry)
+                .map_err(error)?;
+            mismatch.map(|m| mismatch_dict(py, &m)).transpose()
+        })
+    }
+
+    /// Notifies an MSI-X message the DUT raised; as `check_frame`.
+    fn check_msix<'py>(
+        &mut self,
+        py: Python<'py>,
+        time_ps: u64,
+        vector: u16,
+        address: u64,
+        data: u32,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        guard(|| {
+            let mismatch = self
+                .inner
+                .check_msix(Picoseconds(time_ps), vector, address, data)
+                .map_err(error)?;
             mismatch.map(|m| mismatch_dict(py, &m)).transpose()
         })
     }

@@ -132,9 +132,23 @@ class SessionTest(unittest.TestCase):
         dut = rnic_vip.encode({"bth.opcode": 0x04, "bth.dqpn": 0x42})
         mismatch = s.check_frame(0, dut)
         self.assertIsNotNone(mismatch)
-        self.assertEqual((mismatch["frame"], mismatch["qpn"], mismatch["field"]), (0, 0x42, "frame"))
-        self.assertIn("frame 0 (QP 66), field frame: model nothing", mismatch["message"])
+        self.assertEqual((mismatch["stream"], mismatch["index"], mismatch["qpn"], mismatch["field"]),
+                         ("frame", 0, 0x42, "frame"))
+        self.assertIn("field frame: model nothing", mismatch["message"])
         self.assertEqual(len(s.check_finish()), 1)
+
+    def test_the_checker_names_a_dma_write_and_an_msix_the_model_never_made(self):
+        s = session()
+        with self.assertRaises(rnic_vip.VipError):
+            s.check_start(streams=["frame", "telepathy"])
+        s.check_start(streams=["dma_write", "msix"])
+        with self.assertRaises(rnic_vip.VipError):
+            s.check_cqe(0, 1, bytes(32))  # the CQE stream is not checked
+        dma = s.check_dma_write(5, BACKDOOR, b"\x01\x02")
+        self.assertEqual((dma["stream"], dma["index"]), ("DMA write", 0), dma)
+        msix = s.check_msix(7, 2, 0xFEE0_0000, 0x41)
+        self.assertEqual((msix["stream"], msix["index"]), ("MSI-X", 0), msix)
+        self.assertEqual(len(s.check_finish()), 2)
 
     def test_a_recording_replays_and_a_changed_one_diverges(self):
         s = session()
