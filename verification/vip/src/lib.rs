@@ -17,6 +17,7 @@
 //!   and reported (the `rnic-vip coverage` command).
 //! * [`replay`]: record a session's inputs and outputs, replay them, report the first
 //!   divergence.
+//! * [`stimulus`]: seeded constrained-random work requests and a per-QP scoreboard.
 //! * [`trace`]: pipeline stages, frames, MMIO and MSI-X on virtual time, in the
 //!   Chrome/Perfetto JSON trace format; [`vcd`]: the same as VCD, for waveform viewers.
 //!
@@ -31,6 +32,7 @@ pub mod coverage;
 pub mod layout;
 pub mod replay;
 pub mod session;
+pub mod stimulus;
 pub mod sv_package;
 pub mod trace;
 pub mod vcd;
