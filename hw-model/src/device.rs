@@ -654,11 +654,13 @@ impl Device {
                         qpn,
                         queue: WorkQueue::Send,
                         producer_index,
+                        ..
                     } => (DoorbellTarget::SendQueue, qpn, u64::from(producer_index)),
                     DoorbellRequest::QueuePair {
                         qpn,
                         queue: WorkQueue::Receive,
                         producer_index,
+                        ..
                     } => (DoorbellTarget::ReceiveQueue, qpn, u64::from(producer_index)),
                     DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => {
                         (DoorbellTarget::SharedReceiveQueue, srqn, u64::from(producer_index))
@@ -673,7 +675,8 @@ impl Device {
                 qpn,
                 queue,
                 producer_index,
-            } => self.qp_doorbell(qpn, queue, producer_index),
+                direct_wqe,
+            } => self.qp_doorbell(qpn, queue, producer_index, direct_wqe),
             DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => self.srq_doorbell(srqn, producer_index),
             DoorbellRequest::CompletionQueue { cqn, word } => self.cq_doorbell(cqn, word),
             DoorbellRequest::EventQueue { word } => self.eq_doorbell(word),
@@ -911,8 +914,14 @@ impl Device {
     }
 
     /// An SQ or RQ doorbell: the QP block checks it; what it moved goes to the transport
-    /// (or, for a QP in ERR, is flushed).
-    pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
+    /// (or, for a QP in ERR, is flushed). `direct_wqe`: the WQE an SQ doorbell carried.
+    pub(crate) fn qp_doorbell(
+        &mut self,
+        qpn: u32,
+        queue: WorkQueue,
+        producer_index: u16,
+        direct_wqe: Option<[u8; rnic_firmware_if::wqe::SQ_WQE_SIZE]>,
+    ) {
         match self
             .transport
             .io
@@ -923,7 +932,7 @@ impl Device {
             DoorbellOutcome::Flush { address, qpc } => {
                 self.transport.io.qps.flush(&mut qp_wiring!(self), qpn, address, qpc)
             }
-            DoorbellOutcome::SendQueue(producer_index) => self.transport.sq_doorbell(qpn, producer_index),
+            DoorbellOutcome::SendQueue(producer_index) => self.transport.sq_doorbell(qpn, producer_index, direct_wqe),
             DoorbellOutcome::ReceiveQueue(producer_index) => self.transport.rq_doorbell(qpn, producer_index),
         }
     }

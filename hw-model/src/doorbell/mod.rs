@@ -5,11 +5,16 @@
 //! doorbells move QP producer indices, SRQ doorbells the SRQ index-queue producer, CQ
 //! doorbells the CQ consumer index and arming, the EQ doorbell an EQ's consumer index.
 //!
+//! Direct WQE (cap `DIRECT_WQE`): a page's [`DWQE_OFFSET`] window latches a 64-byte SQ WQE
+//! written as 8-byte stores; an SQ doorbell with `FLAG` set then carries it to the
+//! transport, which need not fetch it (docs/hw-interface.md).
+//!
 //! The block ([`Doorbells`]) owns the latched low halves and counts the doorbells it
 //! drops; the top routes each request. It needs nothing but diagnostics ([`Io`]).
 
-use rnic_firmware_if::doorbell::{Doorbell, DoorbellCommand, DB_OFFSET, EQ_DB_OFFSET};
+use rnic_firmware_if::doorbell::{Doorbell, DoorbellCommand, DB_OFFSET, DWQE_OFFSET, DWQE_SIZE, EQ_DB_OFFSET};
 use rnic_firmware_if::regs;
+use rnic_firmware_if::wqe::SQ_WQE_SIZE;
 
 use crate::diagnostics::Source;
 use crate::qp::WorkQueue;
@@ -38,6 +43,8 @@ pub(crate) enum DoorbellRequest {
         queue: WorkQueue,
         /// The new producer index.
         producer_index: u16,
+        /// SQ doorbell with `FLAG` set: the WQE written to the page's direct-WQE window.
+        direct_wqe: Option<[u8; SQ_WQE_SIZE]>,
     },
     /// SRQ doorbell (command 2): to the SRQ block.
     SharedReceiveQueue {
@@ -60,12 +67,32 @@ pub(crate) enum DoorbellRequest {
     },
 }
 
+/// A page's direct-WQE window.
+#[derive(Debug, Clone, Copy)]
+struct DirectWindow {
+    bytes: [u8; SQ_WQE_SIZE],
+    /// Bit n: bytes 8n..8n+8 were written.
+    written: u8,
+}
+
+impl Default for DirectWindow {
+    fn default() -> Self {
+        Self {
+            bytes: [0; SQ_WQE_SIZE],
+            written: 0,
+        }
+    }
+}
+
 /// The doorbell decoder.
 #[derive(Debug, Clone)]
 pub(crate) struct Doorbells {
     /// Low halves of 64-bit doorbells written as two 32-bit stores, per page and register
     /// (the queue doorbell, the EQ doorbell).
     latch: Vec<[Option<u32>; 2]>,
+    /// Per page: the direct-WQE window and which of its eight 8-byte words were written
+    /// since the last direct doorbell took it.
+    direct: Vec<DirectWindow>,
     /// Doorbells dropped while decoding (bad page, offset, access or command).
     dropped: u64,
 }
@@ -75,6 +102,7 @@ impl Doorbells {
     pub fn new(pages: usize) -> Self {
         Self {
             latch: vec![[None; 2]; pages],
+            direct: vec![DirectWindow::default(); pages],
             dropped: 0,
         }
     }
@@ -83,6 +111,9 @@ impl Doorbells {
     pub fn reset(&mut self) {
         for latch in &mut self.latch {
             *latch = [None; 2];
+        }
+        for window in &mut self.direct {
+            *window = DirectWindow::default();
         }
     }
 
@@ -107,6 +138,10 @@ impl Doorbells {
             );
             return None;
         }
+        if (DWQE_OFFSET..DWQE_OFFSET + DWQE_SIZE).contains(&in_page) {
+            self.direct_window_write(io, page, in_page - DWQE_OFFSET, data);
+            return None;
+        }
         let (register, base) = match in_page {
             o if (DB_OFFSET..DB_OFFSET + 8).contains(&o) => (0usize, DB_OFFSET),
             o if (EQ_DB_OFFSET..EQ_DB_OFFSET + 8).contains(&o) => (1usize, EQ_DB_OFFSET),
@@ -117,7 +152,11 @@ impl Doorbells {
                     format!("doorbell page {page}"),
                     "offset",
                     o,
-                    format!("{DB_OFFSET:#x} (queue doorbell) or {EQ_DB_OFFSET:#x} (EQ doorbell)"),
+                    format!(
+                        "{DB_OFFSET:#x} (queue doorbell), {EQ_DB_OFFSET:#x} (EQ doorbell) or \
+                         {DWQE_OFFSET:#x}..{:#x} (direct WQE)",
+                        DWQE_OFFSET + DWQE_SIZE
+                    ),
                 );
                 return None;
             }
@@ -174,19 +213,44 @@ impl Doorbells {
         self.queue_doorbell(io, page as u32, word)
     }
 
-    fn queue_doorbell(&mut self, io: &mut impl Io, page: u32, word: u64) -> Option<DoorbellRequest> {
-        let doorbell = Doorbell::from_u64(word);
-        let tag = doorbell.tag();
-        if doorbell.flag() {
+    /// An 8-byte store into page `page`'s direct-WQE window at `offset`.
+    fn direct_window_write(&mut self, io: &mut impl Io, page: usize, offset: u64, data: &[u8]) {
+        if offset % 8 != 0 || data.len() != 8 {
             self.dropped += 1;
             io.diagnose(
                 Source::Doorbell,
                 format!("doorbell page {page}"),
-                "FLAG",
-                1,
-                "0 (direct WQE is not supported)",
+                "direct WQE access",
+                offset << 8 | data.len() as u64,
+                "8-byte stores at 8-byte offsets of the direct-WQE window",
             );
-            return None;
+            return;
+        }
+        let window = &mut self.direct[page];
+        let at = offset as usize;
+        window.bytes[at..at + 8].copy_from_slice(data);
+        window.written |= 1 << (offset / 8);
+    }
+
+    fn queue_doorbell(&mut self, io: &mut impl Io, page: u32, word: u64) -> Option<DoorbellRequest> {
+        let doorbell = Doorbell::from_u64(word);
+        let tag = doorbell.tag();
+        let mut direct_wqe = None;
+        if doorbell.flag() {
+            let window = std::mem::take(&mut self.direct[page as usize]);
+            let command = doorbell.command();
+            if command != u8::from(DoorbellCommand::Sq) || window.written != 0xFF {
+                self.dropped += 1;
+                io.diagnose(
+                    Source::Doorbell,
+                    format!("doorbell page {page}"),
+                    "FLAG",
+                    u64::from(window.written) << 8 | u64::from(command),
+                    "FLAG only on an SQ doorbell after all 64 bytes of the direct-WQE window",
+                );
+                return None;
+            }
+            direct_wqe = Some(window.bytes);
         }
         let command = match DoorbellCommand::try_from(doorbell.command()) {
             Ok(command) => command,
@@ -208,11 +272,13 @@ impl Doorbells {
                 qpn: tag,
                 queue: WorkQueue::Send,
                 producer_index: doorbell.producer_index(),
+                direct_wqe,
             },
             DoorbellCommand::Rq => DoorbellRequest::QueuePair {
                 qpn: tag,
                 queue: WorkQueue::Receive,
                 producer_index: doorbell.producer_index(),
+                direct_wqe: None,
             },
             DoorbellCommand::Srq => DoorbellRequest::SharedReceiveQueue {
                 srqn: tag,

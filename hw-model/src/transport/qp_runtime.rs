@@ -224,6 +224,9 @@ pub(crate) struct Requester {
     pub send_window: i32,
     /// Local ACK timeouts in a row without progress (the timer's backoff).
     pub timeouts_in_row: u32,
+    /// The WQE the last direct-WQE doorbell carried and its SQ index: fetched from here,
+    /// not from the ring (boxed: most QPs never hold one).
+    pub direct: Option<Box<(u16, [u8; rnic_firmware_if::wqe::SQ_WQE_SIZE])>>,
 }
 
 impl Requester {
@@ -250,6 +253,7 @@ impl Requester {
             retry_pending: false,
             send_window: MAX_UNACKED_PSNS,
             timeouts_in_row: 0,
+            direct: None,
         }
     }
 
@@ -290,6 +294,7 @@ impl Requester {
         self.retry_pending = false;
         self.send_window = MAX_UNACKED_PSNS;
         self.timeouts_in_row = 0;
+        self.direct = None;
     }
 
     /// The local ACK timeout with the backoff of `timeouts_in_row` applied.
