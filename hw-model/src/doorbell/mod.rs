@@ -288,3 +288,105 @@ impl Doorbells {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Diagnostics(Vec<&'static str>);
+
+    impl Io for Diagnostics {
+        fn diagnose(
+            &mut self,
+            _source: Source,
+            _object: impl Into<String>,
+            field: &'static str,
+            _value: u64,
+            _expected: impl Into<String>,
+        ) {
+            self.0.push(field);
+        }
+    }
+
+    fn direct_doorbell(qpn: u32, producer_index: u16) -> [u8; 8] {
+        let mut doorbell = Doorbell::sq(qpn, producer_index, 0);
+        doorbell.set_flag(true);
+        doorbell.as_u64().to_le_bytes()
+    }
+
+    fn fill_window(doorbells: &mut Doorbells, io: &mut Diagnostics, page: u64, words: usize) -> [u8; SQ_WQE_SIZE] {
+        let mut wqe = [0u8; SQ_WQE_SIZE];
+        for (n, byte) in wqe.iter_mut().enumerate() {
+            *byte = n as u8 ^ 0xA5;
+        }
+        for n in 0..words {
+            let offset = page * regs::DOORBELL_PAGE_SIZE + DWQE_OFFSET + 8 * n as u64;
+            assert_eq!(doorbells.write(io, offset, &wqe[8 * n..8 * n + 8]), None);
+        }
+        wqe
+    }
+
+    #[test]
+    fn a_flagged_sq_doorbell_carries_the_wqe_written_to_its_pages_window() {
+        let (mut doorbells, mut io) = (Doorbells::new(2), Diagnostics::default());
+        let wqe = fill_window(&mut doorbells, &mut io, 1, 8);
+        let request = doorbells.write(&mut io, regs::DOORBELL_PAGE_SIZE + DB_OFFSET, &direct_doorbell(7, 3));
+        assert_eq!(
+            request,
+            Some(DoorbellRequest::QueuePair {
+                qpn: 7,
+                queue: WorkQueue::Send,
+                producer_index: 3,
+                direct_wqe: Some(wqe),
+            })
+        );
+        // The window was taken: a second flagged doorbell finds it empty.
+        assert_eq!(
+            doorbells.write(&mut io, regs::DOORBELL_PAGE_SIZE + DB_OFFSET, &direct_doorbell(7, 4)),
+            None
+        );
+        assert_eq!((doorbells.dropped(), io.0.as_slice()), (1, ["FLAG"].as_slice()));
+    }
+
+    #[test]
+    fn a_flagged_doorbell_after_a_partly_written_window_or_on_another_page_is_dropped() {
+        let (mut doorbells, mut io) = (Doorbells::new(2), Diagnostics::default());
+        fill_window(&mut doorbells, &mut io, 0, 7);
+        assert_eq!(doorbells.write(&mut io, DB_OFFSET, &direct_doorbell(7, 1)), None);
+        fill_window(&mut doorbells, &mut io, 0, 8);
+        assert_eq!(
+            doorbells.write(&mut io, regs::DOORBELL_PAGE_SIZE + DB_OFFSET, &direct_doorbell(7, 1)),
+            None
+        );
+        assert_eq!(doorbells.dropped(), 2);
+    }
+
+    #[test]
+    fn flag_on_an_rq_doorbell_and_odd_window_stores_are_refused() {
+        let (mut doorbells, mut io) = (Doorbells::new(1), Diagnostics::default());
+        fill_window(&mut doorbells, &mut io, 0, 8);
+        let mut rq = Doorbell::rq(7, 1);
+        rq.set_flag(true);
+        assert_eq!(doorbells.write(&mut io, DB_OFFSET, &rq.as_u64().to_le_bytes()), None);
+        assert_eq!(doorbells.write(&mut io, DWQE_OFFSET + 4, &[0; 4]), None);
+        assert_eq!(doorbells.write(&mut io, DWQE_OFFSET + 3, &[0; 8]), None);
+        assert_eq!(doorbells.dropped(), 3);
+        assert_eq!(io.0, ["FLAG", "direct WQE access", "direct WQE access"]);
+    }
+
+    #[test]
+    fn an_unflagged_doorbell_leaves_the_window_alone() {
+        let (mut doorbells, mut io) = (Doorbells::new(1), Diagnostics::default());
+        let wqe = fill_window(&mut doorbells, &mut io, 0, 8);
+        let plain = Doorbell::sq(7, 1, 0).as_u64().to_le_bytes();
+        assert!(matches!(
+            doorbells.write(&mut io, DB_OFFSET, &plain),
+            Some(DoorbellRequest::QueuePair { direct_wqe: None, .. })
+        ));
+        assert!(matches!(
+            doorbells.write(&mut io, DB_OFFSET, &direct_doorbell(7, 2)),
+            Some(DoorbellRequest::QueuePair { direct_wqe: Some(w), .. }) if w == wqe
+        ));
+    }
+}
