@@ -1036,6 +1036,12 @@ impl Device {
         self.transport.io.port.recycle_frame(buffer);
     }
 
+    /// Bytes of per-QP transport state the model holds (every QP in RTR, RTS or ERR: its
+    /// runtime and the queues reserved for it), for the memory-per-QP figures.
+    pub fn qp_state_bytes(&self) -> usize {
+        self.transport.transport.qp_state_bytes()
+    }
+
     /// What the transport counted.
     pub fn transport_counters(&self) -> TransportCounters {
         let port = self.transport.io.port.counters();

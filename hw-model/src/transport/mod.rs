@@ -355,6 +355,25 @@ impl Transport {
         self.counters
     }
 
+    /// Bytes the per-QP transport state holds: each QP's boxed runtime with the capacity
+    /// of its queues, and its map entry (key and box; the tree's node overhead not
+    /// counted). For the memory-per-QP figures (docs/benchmarks.md).
+    pub fn qp_state_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.qps
+            .values()
+            .map(|runtime| {
+                size_of::<u32>()
+                    + size_of::<Box<QpRuntime>>()
+                    + size_of::<QpRuntime>()
+                    + runtime.requester.window.capacity() * size_of::<SendWqe>()
+                    + runtime.requester.direct.as_ref().map_or(0, |d| size_of_val(&**d))
+                    + runtime.responder.pending.capacity() * size_of::<Response>()
+                    + runtime.responder.replay.capacity() * size_of::<qp_runtime::ReplayEntry>()
+            })
+            .sum()
+    }
+
     /// A fresh timer generation.
     pub fn next_generation(&mut self) -> u64 {
         self.generation += 1;
