@@ -653,7 +653,31 @@ fn mtu_from_bytes(bytes: u32) -> Result<Mtu, BenchError> {
     Mtu::from_bytes(bytes).ok_or_else(|| BenchError::Config(format!("MTU {bytes}: one of 256, 512, 1024, 2048, 4096")))
 }
 
-fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu) -> Result<(), BenchError> {
+/// The local ACK timeout exponent (4.096 µs × 2^t) the QPs get. 8 (≈ 1 ms) is long
+/// against the fabric's microsecond round trip and short enough that a lost tail packet
+/// costs little virtual time. But when many QPs share the port, each waits its turn in
+/// the round robin: with every QP's window backlogged a QP sends one frame in
+/// `queue_pairs`, so its ACKs come further apart than 1 ms (1 024 QPs × 64 KiB: every
+/// 5–6 ms) and the timer would fire on a healthy, merely queued QP and retransmit, as
+/// happened (24 576 retransmitted frames in 188 416). With more than one QP the timeout
+/// covers twice the time the port needs to send every pair's window, as a user would
+/// configure it (perftest uses 14, ≈ 67 ms).
+fn ack_timeout(config: &BenchConfig, window: usize) -> u8 {
+    const BASE: u8 = 8;
+    if config.queue_pairs <= 1 {
+        return BASE;
+    }
+    let bits = config.queue_pairs as u128 * window as u128 * config.size.max(8) as u128 * 8;
+    // ps to drain every window at the link rate, doubled.
+    let drain_ps = 2 * bits * 1000 / u128::from(config.timing.link_gbps.max(1));
+    let mut exponent = BASE;
+    while exponent < 31 && 4_096_000u128 << exponent < drain_ps {
+        exponent += 1;
+    }
+    exponent
+}
+
+fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu, timeout: u8) -> Result<(), BenchError> {
     qp.connect_rc(&RcConnection {
         path_mtu: mtu,
         dest_qp_num: remote.qp_num(),
@@ -668,9 +692,8 @@ fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu) -> 
         max_dest_rd_atomic: 16,
         min_rnr_timer: 1,
         max_rd_atomic: 16,
-        // 4.096 µs × 2^8 ≈ 1 ms: long against the fabric's microsecond round trip,
-        // short enough that a lost tail packet costs little virtual time.
-        timeout: 8,
+        // 4.096 µs × 2^timeout: see `ack_timeout`.
+        timeout,
         retry_cnt: 7,
         rnr_retry: 7,
     })?;
@@ -761,6 +784,7 @@ pub fn run_with_progress(
         let slots = (MAX_SLOT_BYTES / slot_size).clamp(1, config.tx_depth);
         (slots, if config.latency_test { 1 } else { slots as u64 })
     };
+    let timeout = ack_timeout(config, window as usize);
     if config.cq_moderation > window {
         return Err(BenchError::Config(format!(
             "cq-mod {}: at most the {window} messages a pair keeps outstanding, or the window fills before a \
@@ -810,8 +834,8 @@ pub fn run_with_progress(
             sq_sig_all: config.cq_moderation == 1,
         })?;
         if !config.connection_manager {
-            connect(&requester_qp, &responder_qp, &responder, mtu)?;
-            connect(&responder_qp, &requester_qp, &requester, mtu)?;
+            connect(&requester_qp, &responder_qp, &responder, mtu, timeout)?;
+            connect(&responder_qp, &requester_qp, &requester, mtu, timeout)?;
         }
         pairs.push(Pair {
             index,
