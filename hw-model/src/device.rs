@@ -187,7 +187,8 @@ impl Device {
             config_space,
             registers: ControlRegisters::default(),
             firmware: Firmware::new(&config),
-            doorbells: Doorbells::new(pages),
+            doorbells: Doorbells::new(pages)
+                .with_direct_wqe(config.caps.flags.contains(rnic_firmware_if::caps::CapFlags::DIRECT_WQE)),
             transport: Engine::new(
                 Transport::new(&config.caps),
                 TransportWiring {

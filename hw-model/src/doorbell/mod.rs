@@ -95,6 +95,8 @@ pub(crate) struct Doorbells {
     direct: Vec<DirectWindow>,
     /// Doorbells dropped while decoding (bad page, offset, access or command).
     dropped: u64,
+    /// The device offers direct WQE (cap `DIRECT_WQE`): `FLAG` doorbells are taken.
+    direct_wqe: bool,
 }
 
 impl Doorbells {
@@ -104,7 +106,15 @@ impl Doorbells {
             latch: vec![[None; 2]; pages],
             direct: vec![DirectWindow::default(); pages],
             dropped: 0,
+            direct_wqe: true,
         }
+    }
+
+    /// This decoder with direct WQE offered (`true`, the default) or not: without it a
+    /// doorbell with `FLAG` set is dropped with a diagnostic.
+    pub fn with_direct_wqe(mut self, offered: bool) -> Self {
+        self.direct_wqe = offered;
+        self
     }
 
     /// Forgets every latched low half (function reset).
@@ -236,6 +246,17 @@ impl Doorbells {
         let doorbell = Doorbell::from_u64(word);
         let tag = doorbell.tag();
         let mut direct_wqe = None;
+        if doorbell.flag() && !self.direct_wqe {
+            self.dropped += 1;
+            io.diagnose(
+                Source::Doorbell,
+                format!("doorbell page {page}"),
+                "FLAG",
+                1,
+                "0 (direct WQE is not offered: cap DIRECT_WQE is off)",
+            );
+            return None;
+        }
         if doorbell.flag() {
             let window = std::mem::take(&mut self.direct[page as usize]);
             let command = doorbell.command();
@@ -373,6 +394,14 @@ mod tests {
         assert_eq!(doorbells.write(&mut io, DWQE_OFFSET + 3, &[0; 8]), None);
         assert_eq!(doorbells.dropped(), 3);
         assert_eq!(io.0, ["FLAG", "direct WQE access", "direct WQE access"]);
+    }
+
+    #[test]
+    fn without_the_capability_a_flagged_doorbell_is_dropped() {
+        let (mut doorbells, mut io) = (Doorbells::new(1).with_direct_wqe(false), Diagnostics::default());
+        fill_window(&mut doorbells, &mut io, 0, 8);
+        assert_eq!(doorbells.write(&mut io, DB_OFFSET, &direct_doorbell(7, 1)), None);
+        assert_eq!((doorbells.dropped(), io.0.as_slice()), (1, ["FLAG"].as_slice()));
     }
 
     #[test]
