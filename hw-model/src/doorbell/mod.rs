@@ -225,7 +225,7 @@ impl Doorbells {
 
     /// An 8-byte store into page `page`'s direct-WQE window at `offset`.
     fn direct_window_write(&mut self, io: &mut impl Io, page: usize, offset: u64, data: &[u8]) {
-        if offset % 8 != 0 || data.len() != 8 {
+        if !offset.is_multiple_of(8) || data.len() != 8 {
             self.dropped += 1;
             io.diagnose(
                 Source::Doorbell,
