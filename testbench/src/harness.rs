@@ -316,6 +316,11 @@ impl RegisterHarness {
         self.device.run_until_idle(limit);
     }
 
+    /// The slot the next submitted descriptor goes to (the driver's producer index).
+    pub fn producer_index(&self) -> u32 {
+        self.producer_index
+    }
+
     /// Writes `descriptors` into the ring, moves the producer index by `producer_step`
     /// (normally the descriptor count), lets the firmware run, and reads the slots back.
     pub fn submit_raw(&mut self, descriptors: &[Descriptor], producer_step: u32) -> Vec<Descriptor> {
@@ -475,6 +480,18 @@ impl RegisterHarness {
             self.expect_success(|| format!("WRITE_BT0 for {table:?} {index}"), status)?;
         }
         Ok(())
+    }
+
+    /// Host address of object `index` of `table`, once [`RegisterHarness::ensure_context`]
+    /// made its chunk (a driver that writes a context behind the device's back uses it).
+    pub fn context_address(&self, table: Table, index: u32) -> Option<u64> {
+        const CHUNK: u64 = 64 << 10;
+        let offset = u64::from(index) * table.object_size();
+        let chunk = self.chunks[table as usize]
+            .get((offset / CHUNK) as usize)
+            .copied()
+            .flatten()?;
+        Some(chunk + offset % CHUNK)
     }
 
     /// Whether [`RegisterHarness::create_aeq`] has run.

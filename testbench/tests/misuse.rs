@@ -4,7 +4,7 @@
 
 use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::cmdq::{Descriptor, DescriptorFlags, FirmwareVersion, Opcode, ReturnCode};
-use rnic_firmware_if::context::{CqState, Cqc, QpState, Qpc, Srqc};
+use rnic_firmware_if::context::{CqState, Cqc, QpState, Qpc, ServiceType, Srqc};
 use rnic_firmware_if::cqe::CqeStatus;
 use rnic_firmware_if::doorbell::{CqDoorbell, Doorbell};
 use rnic_firmware_if::event::AsyncEventType;
@@ -222,6 +222,40 @@ fn illegal_qp_transitions_fail_with_invalid_state_and_leave_the_qp_as_it_was() {
     );
     assert_eq!(h.move_qp(12, QpState::Err), MailboxCompletion::Success);
     assert_eq!(h.move_qp(12, QpState::Reset), MailboxCompletion::Success);
+}
+
+#[test]
+fn a_qp_keeps_the_service_type_it_was_given_at_reset_to_init() {
+    let mut h = RegisterHarness::new();
+    h.configure_tables();
+    h.create_aeq();
+    h.create_cq(3);
+    h.create_connected_qp(12, 3);
+    // RTS->RTS that would make the RC QP a UD QP: the WQEs the requester holds were
+    // decoded as RC WQEs.
+    let mut context = Qpc::zeroed();
+    let mut mask = Qpc::all_ones();
+    context.set_qp_state(QpState::Rts);
+    mask.open_field(Qpc::QP_ST);
+    context.set_service_type(ServiceType::Ud);
+    mask.open_field(Qpc::TST);
+    assert_eq!(h.modify_qp(12, &context, &mask), MailboxCompletion::InvalidParameter);
+    let diagnostic = h.last_diagnostic();
+    assert!(
+        diagnostic.contains("TST") && diagnostic.contains("RESET"),
+        "{diagnostic}"
+    );
+    let (_, qpc) = h.query::<Qpc>(MailboxOpcode::QueryQpc, 12);
+    assert_eq!(
+        qpc.service_type(),
+        Ok(ServiceType::Rc),
+        "a refused modify changes nothing"
+    );
+    assert_eq!(qpc.qp_state(), Ok(QpState::Rts));
+    // Through RESET the type may change.
+    assert_eq!(h.move_qp(12, QpState::Reset), MailboxCompletion::Success);
+    context.set_qp_state(QpState::Init);
+    assert_eq!(h.modify_qp(12, &context, &mask), MailboxCompletion::Success);
 }
 
 #[test]

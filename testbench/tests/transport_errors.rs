@@ -9,10 +9,11 @@ use rnic_firmware_if::context::{Mtu, QpState, Qpc, ServiceType};
 use rnic_firmware_if::cqe::{CqeStatus, RecvOpcode};
 use rnic_firmware_if::eqe::Aeqe;
 use rnic_firmware_if::event::{AsyncEventType, LocalAccessSubtype};
-use rnic_firmware_if::mailbox::MailboxOpcode;
+use rnic_firmware_if::mailbox::{MailboxCompletion, MailboxOpcode};
 use rnic_firmware_if::wqe::{Sge, SqOpcode};
 use rnic_hw_model::fabric::DeviceId;
-use rnic_testbench::harness::{Access, MrMode, SendRequest};
+use rnic_hw_model::{HostMemoryExt, Picoseconds};
+use rnic_testbench::harness::{Access, MrMode, SendRequest, Table};
 use transport_common::*;
 
 fn qp_state(c: &mut Connection, node: DeviceId, qpn: u32) -> QpState {
@@ -483,4 +484,39 @@ fn a_lost_packet_is_recovered_by_a_sequence_error_nak() {
     assert_eq!(ca.naks_received, 1, "{ca:?}");
     assert_eq!(ca.retransmitted_packets, 8, "PSN 2..9 again: {ca:?}");
     assert_eq!(ca.ack_timeouts, 0, "{ca:?}");
+}
+
+#[test]
+fn a_service_type_rewritten_in_host_memory_under_fetched_wqes_fails_them_with_a_local_qp_operation_error() {
+    // MODIFY_QPC refuses a TST change outside RESET->INIT, but the QPC lives in host memory:
+    // a driver can rewrite it and then modify RTS->RTS, which takes the new type from the
+    // stored context. The WQE the requester holds was decoded as RC and cannot be sent as
+    // anything else.
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
+    let (a, (ma, mb)) = (c.pair.a, (c.ma, c.mb));
+    // Nothing reaches B, so no ACK comes back and the requester keeps the WQE.
+    c.pair.tap(a, Box::new(|_, _| Fate::Drop));
+    c.send_a(&SendRequest::rdma(
+        SqOpcode::RdmaWrite,
+        vec![ma.sge(0, 4096)],
+        mb.at(0),
+        mb.key,
+    ));
+    c.pair.run_for(Picoseconds::from_micros(20));
+    let h = c.pair.h(a);
+    let address = h.context_address(Table::Qpc, 0x10).expect("QP 0x10's context");
+    let mut qpc: Qpc = h.memory.read_layout(address).unwrap();
+    qpc.set_service_type(ServiceType::Uc);
+    h.memory.write_layout(address, &qpc).unwrap();
+    assert_eq!(h.move_qp(0x10, QpState::Rts), MailboxCompletion::Success);
+    c.run();
+    single(&c.cqes_a(), CqeStatus::LocalQpOpErr);
+    assert_eq!(qp_state(&mut c, a, 0x10), QpState::Err);
+    let diagnostics = c.diagnostics();
+    assert!(
+        diagnostics
+            .iter()
+            .any(|d| d.contains("TST") && d.contains("fetched as (Rc)")),
+        "{diagnostics:?}"
+    );
 }

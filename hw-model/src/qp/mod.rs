@@ -235,6 +235,18 @@ impl QueuePairs {
                 ),
             ));
         }
+        if from != QpState::Reset && to != QpState::Reset && merged.service_type_raw() != current.service_type_raw() {
+            // A QP's type is set at RESET→INIT (hns, IBA): WQEs already fetched were
+            // decoded as the old type.
+            return Err(Rejection::parameter(
+                "TST",
+                merged.service_type_raw() as u64,
+                format!(
+                    "the service type set at RESET→INIT ({}); it changes only through RESET",
+                    current.service_type_raw()
+                ),
+            ));
+        }
         match to {
             QpState::Init | QpState::Rtr | QpState::Rts => self.validate_qp_init(io, qpn, &merged)?,
             _ => {}

@@ -299,8 +299,9 @@ impl<I: Io> Engine<I> {
             return;
         }
         let index = psn_diff(psn, front.first_psn) as u64;
-        let offset = index * u64::from(config.mtu);
-        let expected = (u64::from(front.length) - offset).min(u64::from(config.mtu)) as usize;
+        // The WQE's own MTU: its response count was fixed with it at fetch.
+        let offset = index * u64::from(front.mtu);
+        let expected = u64::from(front.length).saturating_sub(offset).min(u64::from(front.mtu)) as usize;
         if payload.len() != expected {
             self.drop_frame(
                 format!("QP {qpn:#x}"),

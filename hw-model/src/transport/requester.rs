@@ -167,19 +167,34 @@ impl<I: Io> Engine<I> {
         let mut wqe = runtime.requester.window[slot];
         let since_ack_request = runtime.requester.since_ack_request;
         let retransmission = psn_diff(psn_add(wqe.first_psn, packet), runtime.requester.transmitted_psn) < 0;
-        let mtu = config.mtu;
+        if wqe.service != config.service {
+            // The QPC's service type changed under a fetched WQE (hns fixes TST at
+            // RESET→INIT, and MODIFY_QPC refuses a change, but a driver can rewrite the
+            // context in host memory): the WQE cannot be sent as either, so it fails.
+            self.diagnose(
+                Source::Transport,
+                format!("QP {qpn:#x} SQ WQE {}", wqe.index),
+                "TST",
+                u64::from(u8::from(config.service)),
+                format!("the service type the WQE was fetched as ({:?})", wqe.service),
+            );
+            self.requester_fatal(qpn, Some(FailedWqe::of(&wqe, CqeStatus::LocalQpOpErr)));
+            return None;
+        }
+        // The WQE's own MTU: its packet count was fixed with it at fetch.
+        let mtu = wqe.mtu;
         let psn = psn_add(wqe.first_psn, packet);
         let (path, remote_qpn, smac_index) = match (&wqe.ud, config.path) {
             (Some(ud), _) => (Path::from_ud(ud), ud.dest_qpn, Some(ud.smac_index)),
             (None, Some(path)) => (path, config.dest_qpn, None),
             (None, None) => return None,
         };
-        let service_bits = match config.service {
+        let service_bits = match wqe.service {
             ServiceType::Uc => op::UC,
             ServiceType::Ud => op::UD,
             _ => op::RC,
         };
-        let reliable = config.service == ServiceType::Rc;
+        let reliable = wqe.service == ServiceType::Rc;
         // What this packet carries.
         let offset = u64::from(packet) * u64::from(mtu);
         let (opcode, payload_length, last) = match wqe.kind {
@@ -218,7 +233,7 @@ impl<I: Io> Engine<I> {
                 true,
             ),
         };
-        let opcode = if config.service == ServiceType::Ud {
+        let opcode = if wqe.service == ServiceType::Ud {
             if wqe.immediate.is_some() {
                 op::UD | op::SEND_ONLY_IMM
             } else {

@@ -83,6 +83,13 @@ pub(crate) struct SendWqe {
     pub compare: u64,
     pub payload: Payload,
     pub ud: Option<UdAddress>,
+    /// The QP's service type when the WQE was fetched. Every packet of the WQE is built
+    /// as that service, even if a later MODIFY_QPC (or a context rewritten in host memory)
+    /// says otherwise: the requester then completes the WQE in error.
+    pub service: ServiceType,
+    /// Path MTU in bytes when the WQE was fetched: `packets` was counted with it, so the
+    /// packets (and READ responses) of this WQE are cut with it.
+    pub mtu: u32,
     /// PSNs: the first one and how many the WQE occupies (READ: its responses).
     pub first_psn: u32,
     pub packets: u32,
@@ -292,6 +299,8 @@ impl<I: Io> Engine<I> {
             },
             payload,
             ud: None,
+            service: config.service,
+            mtu: config.mtu,
             first_psn: 0,
             packets,
             assigned: false,
@@ -452,6 +461,8 @@ impl<I: Io> Engine<I> {
                 service_level: wqe.service_level(),
                 vlan: (wqe.vlan_enable() && wqe.vlan() < 0xFFF).then(|| wqe.vlan()),
             }),
+            service: config.service,
+            mtu: config.mtu,
             first_psn: 0,
             packets: 1,
             assigned: false,

@@ -17,7 +17,7 @@ use std::cell::RefCell;
 
 use arbitrary::{Arbitrary, Unstructured};
 use rnic_firmware_if::bits::Layout;
-use rnic_firmware_if::cmdq::{Descriptor, DescriptorFlags, Opcode, ReturnCode};
+use rnic_firmware_if::cmdq::{Descriptor, DescriptorFlags, Opcode, ReturnCode, DESCRIPTOR_SIZE};
 use rnic_firmware_if::context::Qpc;
 use rnic_firmware_if::mailbox::{MailboxOpcode, PostMailbox};
 use rnic_firmware_if::{pci, regs};
@@ -181,9 +181,18 @@ fn apply(bed: &mut LiveBed, op: Op, ring_moved: bool) -> bool {
                 return false;
             }
             let step = step.map_or(descriptors.len() as u32, u32::from);
+            // The driver may point a mailbox's output or a context table at the ring, so
+            // the ring read back after the firmware ran may hold those bytes on top of
+            // the write-backs: the check reads what the device wrote into the ring.
+            let (ring, _, _) = bed.h.command_buffers();
+            let first = bed.h.producer_index();
+            bed.memory
+                .watch(ring, ring + u64::from(RING_DEPTH) * DESCRIPTOR_SIZE as u64);
             let back = bed.h.submit_raw(&descriptors, step);
+            let writes = bed.memory.take_watched_writes();
+            bed.memory.stop_watching();
             if !ring_moved {
-                check_ring(bed, &descriptors, &back, step);
+                check_ring(bed, &descriptors, &back, step, first, &writes);
             }
         }
         Op::MailboxInput(bytes) => {
@@ -209,30 +218,62 @@ fn apply(bed: &mut LiveBed, op: Op, ring_moved: bool) -> bool {
     false
 }
 
-/// What the firmware wrote back into the ring it was given.
-fn check_ring(bed: &mut LiveBed, written: &[Descriptor], back: &[Descriptor], step: u32) {
+/// What the firmware wrote back into the ring it was given: `writes` are the device's
+/// writes into the ring during the submission, `back` the slots read afterwards, `first`
+/// the slot of the chain's first descriptor.
+fn check_ring(
+    bed: &mut LiveBed,
+    written: &[Descriptor],
+    back: &[Descriptor],
+    step: u32,
+    first: u32,
+    writes: &[(u64, Vec<u8>)],
+) {
     let status = bed.h.read_register(regs::FUNCTION_STATUS);
     if status & regs::STATUS_FATAL != 0 {
         return;
     }
+    let (ring, _, _) = bed.h.command_buffers();
+    let slot_address = |i: usize| ring + u64::from((first + i as u32) % RING_DEPTH) * DESCRIPTOR_SIZE as u64;
+    // A write-back: one whole descriptor at its slot.
+    let write_back = |address: u64| {
+        writes
+            .iter()
+            .rev()
+            .find(|(at, bytes)| *at == address && bytes.len() == DESCRIPTOR_SIZE)
+            .and_then(|(_, bytes)| Descriptor::parse(bytes).ok())
+    };
     let posted = (step % RING_DEPTH) as usize;
     for (i, (sent, got)) in written.iter().zip(back).enumerate() {
+        let address = slot_address(i);
         if i < posted {
+            let Some(completed) = write_back(address) else {
+                panic!("descriptor {i} of {posted} posted was never written back (read back: {got:?})");
+            };
             assert!(
-                got.flags().contains(DescriptorFlags::OUT),
-                "descriptor {i} of {posted} posted came back without OUT: {got:?}"
+                completed.flags().contains(DescriptorFlags::OUT),
+                "descriptor {i} of {posted} posted came back without OUT: {completed:?}"
             );
-            let code = got.return_value();
+            let code = completed.return_value();
             assert!(
                 ReturnCode::from_raw(code) != ReturnCode::Other || code == ReturnCode::Other as u16,
                 "descriptor {i}: undefined return value {code:#x}"
             );
         } else {
-            assert_eq!(
-                sent.bytes(),
-                got.bytes(),
-                "descriptor {i} was not posted, yet it changed"
+            let overwritten = writes
+                .iter()
+                .any(|(at, bytes)| *at < address + DESCRIPTOR_SIZE as u64 && at + bytes.len() as u64 > address);
+            assert!(
+                write_back(address).is_none(),
+                "descriptor {i} was not posted, yet the firmware completed it"
             );
+            if !overwritten {
+                assert_eq!(
+                    sent.bytes(),
+                    got.bytes(),
+                    "descriptor {i} was not posted, yet it changed"
+                );
+            }
         }
     }
     let producer = bed.h.read_register(regs::CSQ_PRODUCER_INDEX);

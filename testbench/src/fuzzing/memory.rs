@@ -64,6 +64,10 @@ struct Arena {
     /// Sorted by start, not overlapping.
     windows: Vec<Window>,
     checking: bool,
+    /// The range whose device writes are recorded ([`FuzzMemory::watch`]).
+    watched: Option<(u64, u64)>,
+    /// Device writes that overlapped `watched`, in order: address and bytes.
+    watched_writes: Vec<(u64, Vec<u8>)>,
 }
 
 impl Arena {
@@ -146,6 +150,8 @@ impl FuzzMemory {
                 dirty_frames: Vec::new(),
                 windows: Vec::new(),
                 checking: false,
+                watched: None,
+                watched_writes: Vec::new(),
             }),
         })
     }
@@ -192,6 +198,27 @@ impl FuzzMemory {
     /// Turns window checking on or off (off: every access inside the arena is allowed).
     pub fn set_checking(&self, on: bool) {
         self.lock().checking = on;
+    }
+
+    /// Records, from now on, every device write that overlaps `[start, end)` (replacing an
+    /// earlier watch and its record): a harness sees what the device wrote there even
+    /// when a later write covers it.
+    pub fn watch(&self, start: u64, end: u64) {
+        let mut arena = self.lock();
+        arena.watched = Some((start, end));
+        arena.watched_writes.clear();
+    }
+
+    /// Ends the watch and forgets its record.
+    pub fn stop_watching(&self) {
+        let mut arena = self.lock();
+        arena.watched = None;
+        arena.watched_writes.clear();
+    }
+
+    /// The device writes recorded since [`FuzzMemory::watch`] or the last call.
+    pub fn take_watched_writes(&self) -> Vec<(u64, Vec<u8>)> {
+        std::mem::take(&mut self.lock().watched_writes)
     }
 
     /// A copy of the whole arena; forgets which frames were written.
@@ -267,6 +294,11 @@ impl FuzzMemory {
         }
         arena.bytes[offset..offset + data.len()].copy_from_slice(data);
         arena.mark_dirty(offset, data.len());
+        if let (true, Some((start, end))) = (device, arena.watched) {
+            if address < end && address + data.len() as u64 > start {
+                arena.watched_writes.push((address, data.to_vec()));
+            }
+        }
         Ok(())
     }
 }

@@ -13,8 +13,11 @@
 // `rnic_vip_frame_encode`, `rnic_vip_coverage_write`, `rnic_vip_trace_start`,
 // `rnic_vip_trace_write`, `rnic_vip_record_start`, `rnic_vip_record_write`,
 // `rnic_vip_replay`, `rnic_vip_check_start`, `rnic_vip_check_frame` and
-// `rnic_vip_check_finish`.
-#define RNIC_VIP_ABI_VERSION ((1 << 16) | 1)
+// `rnic_vip_check_finish`. 1.2 added the checker's other streams:
+// `rnic_vip_check_start_streams`, `rnic_vip_check_dma_write`, `rnic_vip_check_cqe`,
+// `rnic_vip_check_eqe` and `rnic_vip_check_msix`; `rnic_vip_trace_write_vcd`; and
+// recordings of devices on the testbench's memory (callbacks).
+#define RNIC_VIP_ABI_VERSION ((1 << 16) | 2)
 
 // Success.
 #define RNIC_VIP_OK 0
@@ -51,6 +54,24 @@
 
 // `tolerance_ps` of `rnic_vip_check_start` that leaves transmit times uncompared.
 #define RNIC_VIP_TIME_ANY UINT64_MAX
+
+// `streams` bit of `rnic_vip_check_start_streams`: frames transmitted.
+#define RNIC_VIP_CHECK_FRAMES 1
+
+// `streams` bit: DMA writes to host memory (every one).
+#define RNIC_VIP_CHECK_DMA_WRITES 2
+
+// `streams` bit: CQEs written.
+#define RNIC_VIP_CHECK_CQES 4
+
+// `streams` bit: EQEs written.
+#define RNIC_VIP_CHECK_EQES 8
+
+// `streams` bit: MSI-X messages raised.
+#define RNIC_VIP_CHECK_MSIX 16
+
+// `eqn` of `rnic_vip_check_eqe` for an AEQE (the asynchronous EQ).
+#define RNIC_VIP_AEQ 4294967295
 
 // One model instance (opaque).
 typedef struct rnic_vip_device rnic_vip_device;
@@ -325,8 +346,19 @@ int32_t rnic_vip_trace_start(rnic_vip_device *device);
 // `device` is a live handle; `path` and `name` are NUL-terminated strings.
 int32_t rnic_vip_trace_write(rnic_vip_device *device, const char *path, uint32_t pid, const char *name);
 
-// Starts recording every input and output of the device (before its first input; the
-// device must use the model's own memory, not callbacks).
+// Writes the trace since `rnic_vip_trace_start` to the file `path` as VCD (IEEE 1364
+// value change dump, 1 ps timescale, for waveform viewers): scope `device_<pid>` (named
+// `name` in a comment), in it per pipeline stage and per QP the integers `active` (slices
+// in progress) and `slices` (started so far), and the instants of the port, MMIO and
+// MSI-X tracks counted. `RNIC_VIP_E_INVALID` when no trace was started.
+//
+// # Safety
+// `device` is a live handle; `path` and `name` are NUL-terminated strings.
+int32_t rnic_vip_trace_write_vcd(rnic_vip_device *device, const char *path, uint32_t pid, const char *name);
+
+// Starts recording every input and output of the device (before its first input). On
+// the testbench's memory (callbacks), the device's DMA reads are recorded with their
+// answers as inputs and its DMA writes as outputs, so the replay needs no callbacks.
 //
 // # Safety
 // `device` is a live handle.
@@ -363,13 +395,56 @@ int32_t rnic_vip_check_start(rnic_vip_device *device, uint64_t tolerance_ps);
 // `device` is a live handle; `frame` is valid for `length` bytes.
 int32_t rnic_vip_check_frame(rnic_vip_device *device, uint64_t time_ps, const uint8_t *frame, size_t length);
 
-// Ends the check: stores the number of mismatches (frames the model sent and the DUT did
-// not included) in `mismatches`; `RNIC_VIP_E_MISMATCH` when there is any, with the first
+// Ends the check: stores the number of mismatches (outputs the model produced and the
+// DUT did not included) in `mismatches`; `RNIC_VIP_E_MISMATCH` when there is any, with the first
 // divergence in `rnic_vip_last_error`.
 //
 // # Safety
 // `device` is a live handle; `mismatches` is NULL or valid for a write.
 int32_t rnic_vip_check_finish(rnic_vip_device *device, uint64_t *mismatches);
+
+// Starts checking the DUT against this device (the model run on the same stimulus) on
+// the streams `streams` (`RNIC_VIP_CHECK_*` bits): every output of those streams the
+// model produces from now on is expected from the DUT too, with its time. Each stream is
+// ordered per queue (frames per destination QP, DMA writes per address, CQEs per CQ and
+// local QP, CEQEs per CEQ and CQ, AEQEs in order, MSI-X per vector); queues interleave
+// freely. `tolerance_ps` bounds |DUT time − model time| (`RNIC_VIP_TIME_ANY`: not
+// compared). `rnic_vip_check_start` is this with frames only.
+//
+// # Safety
+// `device` is a live handle.
+int32_t rnic_vip_check_start_streams(rnic_vip_device *device, uint32_t streams, uint64_t tolerance_ps);
+
+// The DUT wrote `data[0..length]` at bus address `address` at `time_ps`: compared with
+// the model's next write to that address (length, then byte by byte, then the time).
+// `RNIC_VIP_E_MISMATCH` with the difference in `rnic_vip_last_error`.
+//
+// # Safety
+// `device` is a live handle; `data` is valid for `length` bytes.
+int32_t rnic_vip_check_dma_write(rnic_vip_device *device, uint64_t time_ps, uint64_t address, const uint8_t *data, size_t length);
+
+// The DUT wrote the CQE `entry[0..length]` (32 or 64 bytes, as in the CQ buffer, owner
+// bit included) to CQ `cqn` at `time_ps`: compared field by field (`Cqe.STATUS`…) with
+// the model's next CQE for that CQ and the CQE's local QP.
+//
+// # Safety
+// `device` is a live handle; `entry` is valid for `length` bytes.
+int32_t rnic_vip_check_cqe(rnic_vip_device *device, uint64_t time_ps, uint32_t cqn, const uint8_t *entry, size_t length);
+
+// The DUT wrote the EQE `entry[0..length]` (as in the EQ buffer) to CEQ `eqn`, or to
+// the AEQ when `eqn` is `RNIC_VIP_AEQ`, at `time_ps`: compared field by field with the
+// model's next EQE there (CEQEs per CEQ and CQ).
+//
+// # Safety
+// `device` is a live handle; `entry` is valid for `length` bytes.
+int32_t rnic_vip_check_eqe(rnic_vip_device *device, uint64_t time_ps, uint32_t eqn, const uint8_t *entry, size_t length);
+
+// The DUT raised MSI-X `vector` with message `address` and `data` at `time_ps`: compared
+// with the model's next message on that vector.
+//
+// # Safety
+// `device` is a live handle.
+int32_t rnic_vip_check_msix(rnic_vip_device *device, uint64_t time_ps, uint16_t vector, uint64_t address, uint32_t data);
 
 #ifdef __cplusplus
 }  // extern "C"

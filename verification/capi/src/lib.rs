@@ -22,6 +22,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rnic_firmware_if::mailbox::ContextTable;
 use rnic_hw_model::Picoseconds;
+use rnic_vip::checker::{EventQueue, Stream, Streams};
 use rnic_vip::{codec, layout, replay, HostBus, Session, VipError};
 
 /// The ABI version: major in bits 31:16, minor in 15:0. A new minor adds functions; a
@@ -29,8 +30,11 @@ use rnic_vip::{codec, layout, replay, HostBus, Session, VipError};
 /// `rnic_vip_frame_encode`, `rnic_vip_coverage_write`, `rnic_vip_trace_start`,
 /// `rnic_vip_trace_write`, `rnic_vip_record_start`, `rnic_vip_record_write`,
 /// `rnic_vip_replay`, `rnic_vip_check_start`, `rnic_vip_check_frame` and
-/// `rnic_vip_check_finish`.
-pub const RNIC_VIP_ABI_VERSION: u32 = 1 << 16 | 1;
+/// `rnic_vip_check_finish`. 1.2 added the checker's other streams:
+/// `rnic_vip_check_start_streams`, `rnic_vip_check_dma_write`, `rnic_vip_check_cqe`,
+/// `rnic_vip_check_eqe` and `rnic_vip_check_msix`; `rnic_vip_trace_write_vcd`; and
+/// recordings of devices on the testbench's memory (callbacks).
+pub const RNIC_VIP_ABI_VERSION: u32 = 1 << 16 | 2;
 
 /// Success.
 pub const RNIC_VIP_OK: i32 = 0;
@@ -1026,8 +1030,43 @@ pub unsafe extern "C" fn rnic_vip_trace_write(
     })
 }
 
-/// Starts recording every input and output of the device (before its first input; the
-/// device must use the model's own memory, not callbacks).
+/// Writes the trace since `rnic_vip_trace_start` to the file `path` as VCD (IEEE 1364
+/// value change dump, 1 ps timescale, for waveform viewers): scope `device_<pid>` (named
+/// `name` in a comment), in it per pipeline stage and per QP the integers `active` (slices
+/// in progress) and `slices` (started so far), and the instants of the port, MMIO and
+/// MSI-X tracks counted. `RNIC_VIP_E_INVALID` when no trace was started.
+///
+/// # Safety
+/// `device` is a live handle; `path` and `name` are NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_trace_write_vcd(
+    device: *mut RnicVipDevice,
+    path: *const c_char,
+    pid: u32,
+    name: *const c_char,
+) -> i32 {
+    // SAFETY: NUL-terminated strings (the caller's contract).
+    let strings = unsafe { text(path, "path").and_then(|p| Ok((p.to_owned(), text(name, "name")?.to_owned()))) };
+    let (path, name) = match strings {
+        Ok(strings) => strings,
+        Err(error) => {
+            set_error(&error.to_string());
+            return status(&error);
+        }
+    };
+    with_device(device, |session| {
+        let trace = session
+            .trace()
+            .ok_or_else(|| invalid("no trace was started (rnic_vip_trace_start)"))?;
+        let vcd = rnic_vip::vcd::to_vcd(&[(pid, &name, trace)]);
+        std::fs::write(&path, vcd).map_err(|e| VipError::Io(format!("{path}: {e}")))?;
+        Ok(RNIC_VIP_OK)
+    })
+}
+
+/// Starts recording every input and output of the device (before its first input). On
+/// the testbench's memory (callbacks), the device's DMA reads are recorded with their
+/// answers as inputs and its DMA writes as outputs, so the replay needs no callbacks.
 ///
 /// # Safety
 /// `device` is a live handle.
@@ -1119,8 +1158,8 @@ pub unsafe extern "C" fn rnic_vip_check_frame(
     })
 }
 
-/// Ends the check: stores the number of mismatches (frames the model sent and the DUT did
-/// not included) in `mismatches`; `RNIC_VIP_E_MISMATCH` when there is any, with the first
+/// Ends the check: stores the number of mismatches (outputs the model produced and the
+/// DUT did not included) in `mismatches`; `RNIC_VIP_E_MISMATCH` when there is any, with the first
 /// divergence in `rnic_vip_last_error`.
 ///
 /// # Safety
@@ -1138,5 +1177,147 @@ pub unsafe extern "C" fn rnic_vip_check_finish(device: *mut RnicVipDevice, misma
                 all.len()
             ))),
         }
+    })
+}
+
+/// `streams` bit of `rnic_vip_check_start_streams`: frames transmitted.
+pub const RNIC_VIP_CHECK_FRAMES: u32 = 1;
+/// `streams` bit: DMA writes to host memory (every one).
+pub const RNIC_VIP_CHECK_DMA_WRITES: u32 = 2;
+/// `streams` bit: CQEs written.
+pub const RNIC_VIP_CHECK_CQES: u32 = 4;
+/// `streams` bit: EQEs written.
+pub const RNIC_VIP_CHECK_EQES: u32 = 8;
+/// `streams` bit: MSI-X messages raised.
+pub const RNIC_VIP_CHECK_MSIX: u32 = 16;
+// The header needs literals; they are the library's stream bits.
+const _: () = assert!(
+    RNIC_VIP_CHECK_FRAMES == Stream::Frame.bit()
+        && RNIC_VIP_CHECK_DMA_WRITES == Stream::DmaWrite.bit()
+        && RNIC_VIP_CHECK_CQES == Stream::Cqe.bit()
+        && RNIC_VIP_CHECK_EQES == Stream::Eqe.bit()
+        && RNIC_VIP_CHECK_MSIX == Stream::Msix.bit()
+);
+
+/// `eqn` of `rnic_vip_check_eqe` for an AEQE (the asynchronous EQ).
+pub const RNIC_VIP_AEQ: u32 = 0xFFFF_FFFF;
+
+fn checked(found: Option<rnic_vip::checker::Mismatch>) -> Result<i32, VipError> {
+    match found {
+        None => Ok(RNIC_VIP_OK),
+        Some(mismatch) => Err(VipError::Mismatch(mismatch.to_string())),
+    }
+}
+
+/// Starts checking the DUT against this device (the model run on the same stimulus) on
+/// the streams `streams` (`RNIC_VIP_CHECK_*` bits): every output of those streams the
+/// model produces from now on is expected from the DUT too, with its time. Each stream is
+/// ordered per queue (frames per destination QP, DMA writes per address, CQEs per CQ and
+/// local QP, CEQEs per CEQ and CQ, AEQEs in order, MSI-X per vector); queues interleave
+/// freely. `tolerance_ps` bounds |DUT time − model time| (`RNIC_VIP_TIME_ANY`: not
+/// compared). `rnic_vip_check_start` is this with frames only.
+///
+/// # Safety
+/// `device` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_check_start_streams(
+    device: *mut RnicVipDevice,
+    streams: u32,
+    tolerance_ps: u64,
+) -> i32 {
+    with_device(device, |session| {
+        if streams == 0 || streams & !Streams::ALL.0 != 0 {
+            return Err(invalid(&format!(
+                "streams {streams:#x}: RNIC_VIP_CHECK_* bits, at least one"
+            )));
+        }
+        let tolerance = (tolerance_ps != RNIC_VIP_TIME_ANY).then_some(Picoseconds(tolerance_ps));
+        session.start_check_streams(Streams(streams), tolerance);
+        Ok(RNIC_VIP_OK)
+    })
+}
+
+/// The DUT wrote `data[0..length]` at bus address `address` at `time_ps`: compared with
+/// the model's next write to that address (length, then byte by byte, then the time).
+/// `RNIC_VIP_E_MISMATCH` with the difference in `rnic_vip_last_error`.
+///
+/// # Safety
+/// `device` is a live handle; `data` is valid for `length` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_check_dma_write(
+    device: *mut RnicVipDevice,
+    time_ps: u64,
+    address: u64,
+    data: *const u8,
+    length: usize,
+) -> i32 {
+    with_device(device, |session| {
+        // SAFETY: valid for `length` bytes (the caller's contract).
+        let data = unsafe { bytes(data, length) }?;
+        checked(session.check_dma_write(Picoseconds(time_ps), address, data)?)
+    })
+}
+
+/// The DUT wrote the CQE `entry[0..length]` (32 or 64 bytes, as in the CQ buffer, owner
+/// bit included) to CQ `cqn` at `time_ps`: compared field by field (`Cqe.STATUS`…) with
+/// the model's next CQE for that CQ and the CQE's local QP.
+///
+/// # Safety
+/// `device` is a live handle; `entry` is valid for `length` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_check_cqe(
+    device: *mut RnicVipDevice,
+    time_ps: u64,
+    cqn: u32,
+    entry: *const u8,
+    length: usize,
+) -> i32 {
+    with_device(device, |session| {
+        // SAFETY: valid for `length` bytes (the caller's contract).
+        let entry = unsafe { bytes(entry, length) }?;
+        checked(session.check_cqe(Picoseconds(time_ps), cqn, entry)?)
+    })
+}
+
+/// The DUT wrote the EQE `entry[0..length]` (as in the EQ buffer) to CEQ `eqn`, or to
+/// the AEQ when `eqn` is `RNIC_VIP_AEQ`, at `time_ps`: compared field by field with the
+/// model's next EQE there (CEQEs per CEQ and CQ).
+///
+/// # Safety
+/// `device` is a live handle; `entry` is valid for `length` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_check_eqe(
+    device: *mut RnicVipDevice,
+    time_ps: u64,
+    eqn: u32,
+    entry: *const u8,
+    length: usize,
+) -> i32 {
+    with_device(device, |session| {
+        // SAFETY: valid for `length` bytes (the caller's contract).
+        let entry = unsafe { bytes(entry, length) }?;
+        let queue = match eqn {
+            RNIC_VIP_AEQ => EventQueue::Async,
+            ceqn => EventQueue::Completion(ceqn),
+        };
+        checked(session.check_eqe(Picoseconds(time_ps), queue, entry)?)
+    })
+}
+
+/// The DUT raised MSI-X `vector` with message `address` and `data` at `time_ps`: compared
+/// with the model's next message on that vector.
+///
+/// # Safety
+/// `device` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rnic_vip_check_msix(
+    device: *mut RnicVipDevice,
+    time_ps: u64,
+    vector: u16,
+    address: u64,
+    data: u32,
+) -> i32 {
+    with_device(device, |session| {
+        checked(session.check_msix(Picoseconds(time_ps), vector, address, data)?)
     })
 }

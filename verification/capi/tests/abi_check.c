@@ -134,8 +134,10 @@ int main(void) {
     CHECK(rnic_vip_set_frame_callback(device, on_frame, NULL) == RNIC_VIP_OK, "frame callback");
     CHECK(rnic_vip_bar_write64(device, 2, 0x230, 0) == RNIC_VIP_OK, "a doorbell for nothing is dropped, not an error");
     CHECK(rnic_vip_trace_write(device, "/tmp/never.json", 0, "d") == RNIC_VIP_E_INVALID, "no trace started");
+    CHECK(rnic_vip_trace_write_vcd(device, "/tmp/never.vcd", 0, "d") == RNIC_VIP_E_INVALID, "no trace, no VCD");
     CHECK(rnic_vip_trace_start(device) == RNIC_VIP_OK, "trace start");
     CHECK(rnic_vip_trace_write(device, "/nonexistent-dir/trace.json", 0, "d") == RNIC_VIP_E_IO, "trace to nowhere");
+    CHECK(rnic_vip_trace_write_vcd(device, "/nonexistent-dir/trace.vcd", 0, "d") == RNIC_VIP_E_IO, "VCD to nowhere");
     CHECK(rnic_vip_coverage_write(device, "/nonexistent-dir/coverage.json") == RNIC_VIP_E_IO, "coverage to nowhere");
     char coverage_path[64];
     snprintf(coverage_path, sizeof coverage_path, "/tmp/rnicvip-abi-coverage-%ld.json", (long)clock());
@@ -173,11 +175,55 @@ int main(void) {
     /* The testbench's memory, through callbacks. */
     rnic_vip_host_memory memory = {NULL, host_read, host_write};
     CHECK(rnic_vip_create("{\"mac\": \"02:00:00:00:00:02\"}", &memory, &device) == RNIC_VIP_OK, "create (callbacks)");
+    /* Recorded: the DMA answers of the callbacks are the recording's inputs. */
+    CHECK(rnic_vip_record_start(device) == RNIC_VIP_OK, "record (callbacks)");
     enable(device);
+    /* The checker's other streams, against a "DUT" that does what the test says below. */
+    CHECK(rnic_vip_check_start_streams(device, 0, RNIC_VIP_TIME_ANY) == RNIC_VIP_E_INVALID, "no stream");
+    CHECK(rnic_vip_check_start_streams(device, 1u << 9, RNIC_VIP_TIME_ANY) == RNIC_VIP_E_INVALID, "unknown stream");
+    CHECK(rnic_vip_check_start_streams(device,
+                                       RNIC_VIP_CHECK_FRAMES | RNIC_VIP_CHECK_DMA_WRITES | RNIC_VIP_CHECK_CQES |
+                                           RNIC_VIP_CHECK_EQES | RNIC_VIP_CHECK_MSIX,
+                                       RNIC_VIP_TIME_ANY) == RNIC_VIP_OK, "check start (every stream)");
     CHECK(query_firmware_version(device, HOST_BASE) == 0x00010000, "firmware version through callbacks");
     CHECK(dma_reads > 0 && dma_writes > 0, "the model's DMA went through the callbacks (%d reads, %d writes)",
           dma_reads, dma_writes);
+    /* The model wrote the descriptor back; a DUT that wrote RETVAL 1 into it differs. */
+    uint8_t written[32];
+    memcpy(written, host, sizeof written);
+    written[4] ^= 1; /* RETVAL */
+    CHECK(rnic_vip_check_dma_write(device, 0, HOST_BASE, written, sizeof written) == RNIC_VIP_E_MISMATCH &&
+              strstr(rnic_vip_last_error(), "DMA write 0 (address 0x10000000), field "),
+          "wrong DMA write: %s", rnic_vip_last_error());
+    uint8_t entry[64] = {0};
+    CHECK(rnic_vip_check_cqe(device, 0, 1, entry, sizeof entry) == RNIC_VIP_E_MISMATCH &&
+              strstr(rnic_vip_last_error(), "CQE 0 (CQ 1 QP 0), field entry: model nothing"),
+          "unexpected CQE: %s", rnic_vip_last_error());
+    CHECK(rnic_vip_check_eqe(device, 0, RNIC_VIP_AEQ, entry, 16) == RNIC_VIP_E_MISMATCH &&
+              strstr(rnic_vip_last_error(), "EQE 0 (AEQ), field entry: model nothing"),
+          "unexpected AEQE: %s", rnic_vip_last_error());
+    CHECK(rnic_vip_check_msix(device, 0, 3, 0xFEE00000u, 3) == RNIC_VIP_E_MISMATCH &&
+              strstr(rnic_vip_last_error(), "MSI-X 0 (vector 3), field entry: model nothing"),
+          "unexpected MSI-X: %s", rnic_vip_last_error());
+    mismatches = 0;
+    CHECK(rnic_vip_check_finish(device, &mismatches) == RNIC_VIP_E_MISMATCH && mismatches >= 4 &&
+              strstr(rnic_vip_last_error(), "first divergence: DMA write 0"),
+          "finish: %llu", (unsigned long long)mismatches);
+    snprintf(recording_path, sizeof recording_path, "/tmp/rnicvip-abi-recording-cb-%ld.jsonl", (long)clock());
+    CHECK(rnic_vip_record_write(device, recording_path) == RNIC_VIP_OK, "record write (callbacks)");
+    FILE *recorded = fopen(recording_path, "r");
+    char recording_text[8192] = {0};
+    CHECK(recorded && fread(recording_text, 1, sizeof recording_text - 1, recorded) > 0 &&
+              strstr(recording_text, "\"event\":\"dma_read\"") && strstr(recording_text, "\"event\":\"dma_write\""),
+          "the DMA answers are recorded: %s", recording_text);
+    if (recorded) fclose(recorded);
     rnic_vip_destroy(device);
+    int reads_before = dma_reads;
+    replayed = 0;
+    CHECK(rnic_vip_replay(recording_path, &replayed) == RNIC_VIP_OK && replayed > 8, "replay (callbacks): %llu",
+          (unsigned long long)replayed);
+    CHECK(dma_reads == reads_before, "the replay needs no callbacks");
+    remove(recording_path);
 
     /* The codec: encode from fields, decode back, refuse a corrupted frame. */
     uint8_t wire[256];

@@ -66,3 +66,57 @@ extern "C" int rnic_dpi_forward(void *from, void *to) {
   }
   return moved;
 }
+
+// Moves every frame `from` transmitted to `to` (and to `twin` unless NULL: the reference
+// model beside `to`, which must see the same input) and, unless `checker` is NULL, tells
+// the checker of `checker` (the reference model of `from`) that `from` transmitted it.
+// Returns how many frames moved, or -1 when a call fails (rnic_vip_last_error says why).
+// A frame the checker finds different is not a failure here: the checker keeps it, and
+// rnic_vip_check_finish reports it.
+extern "C" int rnic_dpi_forward_checked(void *from, void *to, void *twin, void *checker) {
+  std::vector<uint8_t> frame(16384);
+  int moved = 0;
+  for (;;) {
+    size_t length = 0;
+    uint64_t time = 0;
+    int status = rnic_vip_frame_poll(static_cast<rnic_vip_device *>(from), frame.data(), frame.size(), &length, &time);
+    if (status == RNIC_VIP_EMPTY) break;
+    if (status != RNIC_VIP_OK) return -1;
+    if (rnic_vip_frame_receive(static_cast<rnic_vip_device *>(to), frame.data(), length) != RNIC_VIP_OK) return -1;
+    if (twin && rnic_vip_frame_receive(static_cast<rnic_vip_device *>(twin), frame.data(), length) != RNIC_VIP_OK)
+      return -1;
+    if (checker) {
+      status = rnic_vip_check_frame(static_cast<rnic_vip_device *>(checker), time, frame.data(), length);
+      if (status != RNIC_VIP_OK && status != RNIC_VIP_E_MISMATCH) return -1;
+    }
+    moved++;
+  }
+  return moved;
+}
+
+// Takes (and drops) every frame `device` transmitted: the reference model's own frames
+// are already its checker's expectations. Returns how many, or -1.
+extern "C" int rnic_dpi_drain(void *device) {
+  std::vector<uint8_t> frame(16384);
+  int drained = 0;
+  for (;;) {
+    size_t length = 0;
+    uint64_t time = 0;
+    int status = rnic_vip_frame_poll(static_cast<rnic_vip_device *>(device), frame.data(), frame.size(), &length, &time);
+    if (status == RNIC_VIP_EMPTY) return drained;
+    if (status != RNIC_VIP_OK) return -1;
+    drained++;
+  }
+}
+
+// Tells `checker` that the DUT wrote the CQE at `address` of the testbench's memory
+// `memory_id` (`length` bytes) to CQ `cqn` at `time_ps`; `flip` is XORed into byte 1
+// (STATUS) first, as a broken DUT would write it. Returns the status of
+// rnic_vip_check_cqe.
+extern "C" int rnic_dpi_check_cqe(void *checker, unsigned long long time_ps, unsigned int cqn, int memory_id,
+                                  unsigned long long address, int length, int flip) {
+  std::vector<uint8_t> entry(static_cast<size_t>(length > 0 ? length : 0));
+  for (size_t i = 0; i < entry.size(); i++) entry[i] = sv_mem_read8(memory_id, address + i);
+  if (entry.size() > 1) entry[1] ^= static_cast<uint8_t>(flip);
+  return rnic_vip_check_cqe(static_cast<rnic_vip_device *>(checker), time_ps, cqn, entry.data(), entry.size());
+}

@@ -4,24 +4,31 @@
 // through BAR writes as a driver would (command queue, mailbox commands, contexts built
 // field by field from rnicvip_pkg), connects an RC queue pair between them, posts an RDMA
 // WRITE, carries the frames between the two ports, and checks the completion and the
-// bytes. Run by verification/examples/sv/run (Verilator).
+// bytes. Device 0 plays the DUT (where RTL would sit): a third model instance, the reference,
+// gets the same stimulus, and its checker is told every frame device 0 transmits, the CQE it
+// writes and its MSI-X messages. With +break_cqe the testbench corrupts the CQE's STATUS as a
+// broken DUT would, and passes only if the checker catches it. Run by
+// verification/examples/sv/run (Verilator).
 import rnicvip_pkg::*;
 
 module tb;
   // ---- host memory of device 0 and device 1 (served to the models by DMA callbacks) ----
   bit [7:0] mem0 [longint unsigned];
   bit [7:0] mem1 [longint unsigned];
+  bit [7:0] mem2 [longint unsigned];  // the reference model's (device 2)
 
   export "DPI-C" function sv_mem_read8;
   export "DPI-C" function sv_mem_write8;
 
   function automatic byte unsigned sv_mem_read8(input int id, input longint unsigned address);
     if (id == 0) return mem0.exists(address) ? mem0[address] : 8'h00;
+    if (id == 2) return mem2.exists(address) ? mem2[address] : 8'h00;
     return mem1.exists(address) ? mem1[address] : 8'h00;
   endfunction
 
   function automatic void sv_mem_write8(input int id, input longint unsigned address, input byte unsigned value);
     if (id == 0) mem0[address] = value;
+    else if (id == 2) mem2[address] = value;
     else mem1[address] = value;
   endfunction
 
@@ -46,21 +53,40 @@ module tb;
   import "DPI-C" context function int rnic_vip_msix_poll(input chandle device, output longint unsigned time_ps,
                                                  output shortint unsigned vector, output longint unsigned address,
                                                  output int unsigned data);
-  import "DPI-C" context function int rnic_dpi_forward(input chandle from_device, input chandle to_device);
+  import "DPI-C" context function int rnic_dpi_forward_checked(input chandle from_device, input chandle to_device,
+                                                         input chandle twin, input chandle ref_device);
+  import "DPI-C" context function int rnic_dpi_drain(input chandle device);
+  import "DPI-C" context function int rnic_dpi_check_cqe(input chandle ref_device, input longint unsigned time_ps,
+                                                   input int unsigned cqn, input int memory_id,
+                                                   input longint unsigned address, input int length, input int flip);
+  import "DPI-C" context function int rnic_vip_check_start_streams(input chandle device, input int unsigned streams,
+                                                             input longint unsigned tolerance_ps);
+  import "DPI-C" context function int rnic_vip_check_msix(input chandle device, input longint unsigned time_ps,
+                                                    input shortint unsigned message_vector,
+                                                    input longint unsigned message_address,
+                                                    input int unsigned message_data);
+  import "DPI-C" context function int rnic_vip_check_finish(input chandle device, output longint unsigned mismatches);
   import "DPI-C" context function int rnic_vip_coverage_write(input chandle device, input string path);
   import "DPI-C" context function int rnic_vip_trace_start(input chandle device);
   import "DPI-C" context function int rnic_vip_trace_write(input chandle device, input string path, input int unsigned pid,
                                                      input string name);
+  import "DPI-C" context function int rnic_vip_trace_write_vcd(input chandle device, input string path,
+                                                         input int unsigned pid, input string name);
 
   localparam longint unsigned DMA_BASE = 64'h1000_0000;
   localparam int RING_DEPTH = 64;
   localparam int QPN = 8, CQN = 1, MPT_INDEX = 1, PD = 1;
   localparam int LENGTH = 4096;
 
-  chandle dev[2];
-  longint unsigned next_free[2], ring[2], mbox_in[2], mbox_out[2];
-  int producer[2];
+  // The checker's streams (RNIC_VIP_CHECK_* of rnicvip.h).
+  localparam int unsigned CHECK_FRAMES = 1, CHECK_CQES = 4, CHECK_MSIX = 16;
+  localparam int REF = 2;  // the reference model of device 0
+
+  chandle dev[3];
+  longint unsigned next_free[3], ring[3], mbox_in[3], mbox_out[3];
+  int producer[3];
   int errors = 0;
+  int break_cqe = 0;  // +break_cqe: the DUT's CQE is corrupted before the checker sees it
 
   function automatic void fail(input string what);
     $display("FAIL: %s", what);
@@ -195,7 +221,7 @@ module tb;
     check(rnic_vip_bar_write32(dev[d], CONTROL_BAR, EVENT_INT_ENABLE_BASE, 1), "CEQ 0 interrupt");
   endfunction
 
-  longint unsigned cq_buffer[2], qp_buffer[2], data[2];
+  longint unsigned cq_buffer[3], qp_buffer[3], data[3];
 
   function automatic void create_objects(input int d, input bit [47:0] peer_mac, input bit [31:0] peer_ip);
     bit [2047:0] v, mask;
@@ -265,32 +291,48 @@ module tb;
     end
   endfunction
 
-  // Runs both devices on one clock and carries frames between their ports until `cycles`
-  // events have passed or the CQE of device 0 is valid.
+  // Runs the three devices on one clock and carries frames between the ports of devices 0 and
+  // 1 until `limit` events have passed or the CQE of device 0 is valid. Device 1's frames go
+  // to device 0 and to the reference model; device 0's frames go to device 1 and to the
+  // reference's checker; the reference's own frames are its expectations.
   function automatic bit run_until_cqe(input int limit);
-    longint unsigned t0, t1, t;
-    int r0, r1, moved = 0;
+    longint unsigned t, next, now;
+    int moved = 0, n;
     bit [2047:0] cqe;
     for (int step = 0; step < limit; step++) begin
-      for (int d = 0; d < 2; d++) begin
-        int n = rnic_dpi_forward(dev[d], dev[1 - d]);
-        if (n < 0) begin
-          fail($sformatf("carrying frames from device %0d: %s", d, rnic_vip_last_error()));
-          return 0;
-        end
-        moved += n;
+      n = rnic_dpi_forward_checked(dev[0], dev[1], null, dev[REF]);
+      if (n < 0) begin
+        fail($sformatf("carrying frames from device 0: %s", rnic_vip_last_error()));
+        return 0;
+      end
+      moved += n;
+      n = rnic_dpi_forward_checked(dev[1], dev[0], dev[REF], null);
+      if (n < 0) begin
+        fail($sformatf("carrying frames from device 1: %s", rnic_vip_last_error()));
+        return 0;
+      end
+      moved += n;
+      if (rnic_dpi_drain(dev[REF]) < 0) begin
+        fail($sformatf("draining the reference: %s", rnic_vip_last_error()));
+        return 0;
       end
       cqe = mem_read(0, cq_buffer[0], 64);
       if (get_field(cqe, Cqe_OWNER_LO, Cqe_OWNER_W) == 1) begin
         $display("frames carried between the ports: %0d", moved);
+        // The DUT's CQE, seen now, told to the reference's checker.
+        check(rnic_vip_now(dev[0], now), "now");
+        n = rnic_dpi_check_cqe(dev[REF], now, CQN, 0, cq_buffer[0], 64, break_cqe ? 'h05 : 0);
+        if (break_cqe) begin
+          if (n == 0) fail("the checker accepted the broken CQE");
+          else $display("PASS: broken CQE caught: %s", rnic_vip_last_error());
+        end else if (n != 0) fail($sformatf("checker, CQE: %s", rnic_vip_last_error()));
         return 1;
       end
-      r0 = rnic_vip_next_event_time(dev[0], t0);
-      r1 = rnic_vip_next_event_time(dev[1], t1);
-      if (r0 != 0 && r1 != 0) return 0;  // nothing pending anywhere
-      t = (r0 != 0) ? t1 : (r1 != 0) ? t0 : (t0 < t1 ? t0 : t1);
-      check(rnic_vip_advance_to(dev[0], t), "advance 0");
-      check(rnic_vip_advance_to(dev[1], t), "advance 1");
+      t = 64'hFFFF_FFFF_FFFF_FFFF;
+      for (int d = 0; d < 3; d++)
+        if (rnic_vip_next_event_time(dev[d], next) == 0 && next < t) t = next;
+      if (t == 64'hFFFF_FFFF_FFFF_FFFF) return 0;  // nothing pending anywhere
+      for (int d = 0; d < 3; d++) check(rnic_vip_advance_to(dev[d], t), $sformatf("advance %0d", d));
     end
     return 0;
   endfunction
@@ -305,6 +347,7 @@ module tb;
     shortint unsigned msix_vector;
     int unsigned msix_data;
     int interrupts = 0;
+    longint unsigned mismatches;
     string coverage_dir;
     string trace_dir = "";
 
@@ -315,7 +358,9 @@ module tb;
     ip[1] = 32'h0a_00_00_02;
     dev[0] = rnic_dpi_create("mac = \"02:52:4e:49:43:01\"", 0);
     dev[1] = rnic_dpi_create("mac = \"02:52:4e:49:43:02\"", 1);
-    if (dev[0] == null || dev[1] == null) begin
+    dev[REF] = rnic_dpi_create("mac = \"02:52:4e:49:43:01\"", REF);
+    break_cqe = $test$plusargs("break_cqe");
+    if (dev[0] == null || dev[1] == null || dev[REF] == null) begin
       $display("FAIL: rnic_vip_create: %s", rnic_vip_last_error());
       $finish;
     end
@@ -325,16 +370,29 @@ module tb;
       if (id != 32'h43494e52) fail($sformatf("device %0d ID %h, expected \"RNIC\"", d, id));
       create_objects(d, mac[1 - d], ip[1 - d]);
     end
-    // One clock for both: the later device's time.
+    // The reference model of device 0: the same stimulus.
+    bring_up(REF, mac[0], ip[0]);
+    create_objects(REF, mac[1], ip[1]);
+    // One clock for all: the latest device's time.
     check(rnic_vip_now(dev[0], t0), "now");
     check(rnic_vip_now(dev[1], t1), "now");
-    check(rnic_vip_advance_to(dev[0], t0 > t1 ? t0 : t1), "align");
-    check(rnic_vip_advance_to(dev[1], t0 > t1 ? t0 : t1), "align");
+    if (t1 > t0) t0 = t1;
+    check(rnic_vip_now(dev[REF], t1), "now");
+    if (t1 > t0) t0 = t1;
+    for (int d = 0; d < 3; d++) check(rnic_vip_advance_to(dev[d], t0), "align");
+    // The bring-up's interrupts are not checked; from here on, the reference checks device 0's
+    // frames, CQEs and MSI-X messages, to the picosecond.
+    for (int d = 0; d < 3; d++)
+      while (rnic_vip_msix_poll(dev[d], msix_time, msix_vector, msix_address, msix_data) == 0) begin end
+    check(rnic_vip_check_start_streams(dev[REF], CHECK_FRAMES | CHECK_CQES | CHECK_MSIX, 0), "check start");
     // Trace the WRITE (not the bring-up) when asked to.
     if ($value$plusargs("trace_dir=%s", trace_dir))
       for (int d = 0; d < 2; d++) check(rnic_vip_trace_start(dev[d]), "trace start");
-    // The payload on device 0, zeroes on device 1.
-    for (int i = 0; i < LENGTH; i++) sv_mem_write8(0, data[0] + longint'(i), 8'((i * 7 + 3) & 'hFF));
+    // The payload on device 0 (and its reference), zeroes on device 1.
+    for (int i = 0; i < LENGTH; i++) begin
+      sv_mem_write8(0, data[0] + longint'(i), 8'((i * 7 + 3) & 'hFF));
+      sv_mem_write8(REF, data[REF] + longint'(i), 8'((i * 7 + 3) & 'hFF));
+    end
     // SQ WQE 0 of device 0: RDMA WRITE of LENGTH bytes to device 1's region.
     wqe = '0;
     set_field(wqe, RcSqWqe_OPCODE_LO, RcSqWqe_OPCODE_W, SQ_RdmaWrite);
@@ -348,12 +406,14 @@ module tb;
     set_field(wqe, 256 + Sge_LKEY_LO, Sge_LKEY_W, MPT_INDEX << 8);
     set_field(wqe, 256 + Sge_ADDR_LO, Sge_ADDR_W, data[0]);
     mem_write(0, qp_buffer[0], wqe, 64);
+    mem_write(REF, qp_buffer[REF], wqe, 64);  // the same addresses: the same allocations
     // SQ doorbell: TAG = QPN, CMD = SQ (0), PI = 1.
     wqe = '0;
     set_field(wqe, Doorbell_TAG_LO, Doorbell_TAG_W, QPN);
     set_field(wqe, Doorbell_CMD_LO, Doorbell_CMD_W, 0);
     set_field(wqe, Doorbell_PI_LO, Doorbell_PI_W, 1);
     check(rnic_vip_bar_write64(dev[0], DOORBELL_BAR, DB_OFFSET, wqe[63:0]), "SQ doorbell");
+    check(rnic_vip_bar_write64(dev[REF], DOORBELL_BAR, DB_OFFSET, wqe[63:0]), "SQ doorbell (reference)");
     if (!run_until_cqe(100000)) fail("no CQE on device 0");
     cqe = mem_read(0, cq_buffer[0], 64);
     if (get_field(cqe, Cqe_STATUS_LO, Cqe_STATUS_W) != CQE_Success)
@@ -367,7 +427,14 @@ module tb;
         fail($sformatf("byte %0d of the WRITE on device 1: %h", i, sv_mem_read8(1, data[1] + longint'(i))));
         break;
       end
-    while (rnic_vip_msix_poll(dev[0], msix_time, msix_vector, msix_address, msix_data) == 0) interrupts++;
+    while (rnic_vip_msix_poll(dev[0], msix_time, msix_vector, msix_address, msix_data) == 0) begin
+      interrupts++;
+      check(rnic_vip_check_msix(dev[REF], msix_time, msix_vector, msix_address, msix_data), "checker, MSI-X");
+    end
+    // Everything the reference produced, device 0 produced too (the broken CQE aside).
+    if (rnic_vip_check_finish(dev[REF], mismatches) != 0 && !(break_cqe && mismatches == 1))
+      fail($sformatf("checker: %0d mismatches; %s", mismatches, rnic_vip_last_error()));
+    else $display("checker: device 0 against its reference model: %0d mismatch(es)", mismatches);
     check(rnic_vip_now(dev[0], t0), "now");
     $display("RDMA WRITE of %0d bytes completed at %0d ps (CQE status %0d, %0d MSI-X on device 0)", LENGTH, t0,
              get_field(cqe, Cqe_STATUS_LO, Cqe_STATUS_W), interrupts);
@@ -376,11 +443,15 @@ module tb;
       for (int d = 0; d < 2; d++)
         check(rnic_vip_coverage_write(dev[d], $sformatf("%s/coverage-%0d.json", coverage_dir, d)), "coverage");
     if (trace_dir != "")
-      for (int d = 0; d < 2; d++)
+      for (int d = 0; d < 2; d++) begin
         check(rnic_vip_trace_write(dev[d], $sformatf("%s/trace-%0d.json", trace_dir, d), d, $sformatf("device %0d", d)),
               "trace write");
+        check(rnic_vip_trace_write_vcd(dev[d], $sformatf("%s/trace-%0d.vcd", trace_dir, d), d,
+                                       $sformatf("device %0d", d)), "VCD write");
+      end
     rnic_vip_destroy(dev[0]);
     rnic_vip_destroy(dev[1]);
+    rnic_vip_destroy(dev[REF]);
     if (errors == 0) $display("PASS: sv example");
     else $display("FAIL: sv example, %0d errors", errors);
     $finish;

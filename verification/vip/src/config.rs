@@ -7,7 +7,7 @@
 //! timing = { pcie_lanes = 4 }    # any timing parameter (docs/timing.md)
 //! memory = [{ base = 0x1000_0000, size = 0x100_0000 }]   # backdoor regions
 //! trace = true                   # trace from creation (crate::trace)
-//! record = true                  # record from creation (crate::replay; model's memory only)
+//! record = true                  # record from creation (crate::replay)
 //! ```
 
 use std::collections::BTreeMap;

@@ -10,14 +10,15 @@
 //! * [`layout`]: the driver↔device layouts of `firmware-if` by name, so a testbench in
 //!   any language builds contexts and WQEs from the register map's own table.
 //! * [`codec`]: the RoCEv2 header codec for stimulus and checking.
-//! * [`checker`]: the DUT's transmitted frames checked against the model's, per QP in
-//!   order, with mismatches accumulated (ibex-cosim shaped).
+//! * [`checker`]: the DUT's frames, DMA writes, CQEs, EQEs and MSI-X messages checked
+//!   against the model's, each stream in order per queue, with mismatches accumulated
+//!   (ibex-cosim shaped).
 //! * [`coverage`]: functional coverage collected by a session, exported as JSON, merged
 //!   and reported (the `rnic-vip coverage` command).
 //! * [`replay`]: record a session's inputs and outputs, replay them, report the first
 //!   divergence.
 //! * [`trace`]: pipeline stages, frames, MMIO and MSI-X on virtual time, in the
-//!   Chrome/Perfetto JSON trace format.
+//!   Chrome/Perfetto JSON trace format; [`vcd`]: the same as VCD, for waveform viewers.
 //!
 //! Everything is deterministic: the same inputs give the same outputs, bit for bit. See
 //! `docs/guides/verification.md`.
@@ -32,6 +33,7 @@ pub mod replay;
 pub mod session;
 pub mod sv_package;
 pub mod trace;
+pub mod vcd;
 
 pub use config::SessionConfig;
 pub use session::{FrameEvent, HostBus, MsixEvent, Session};

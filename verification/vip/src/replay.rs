@@ -4,12 +4,18 @@
 //! applies the inputs to a fresh session from the recorded configuration and compares the
 //! whole sequence, reporting the first event that differs.
 //!
-//! Sessions whose host memory is the testbench's (callbacks) cannot be recorded yet: the
-//! DMA read data would have to be recorded as inputs too.
+//! A session whose host memory is the testbench's (callbacks) records the device's DMA
+//! reads with their answers as inputs (the BT and MTT walks included) and its DMA writes
+//! as outputs; its replay serves the reads from the recording, in order, so it needs no
+//! callbacks and no testbench: the device alone is replayed. A read the replayed device
+//! makes at another address or length than the recorded one is refused and shows as the
+//! first divergence.
+
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Session, VipError};
+use crate::{HostBus, Session, VipError};
 
 /// The first line's schema name of a recording.
 pub const SCHEMA: &str = "rnic-vip-recording/1";
@@ -74,6 +80,26 @@ pub enum Event {
         /// The Ethernet frame (no FCS), hex.
         frame: String,
     },
+    /// Input (testbench memory only): a DMA read of the device and the testbench's answer.
+    DmaRead {
+        /// When, ps.
+        time_ps: u64,
+        /// Bus address.
+        address: u64,
+        /// Bytes read.
+        length: usize,
+        /// The bytes, hex; absent when the testbench refused the read.
+        data: Option<String>,
+    },
+    /// Output (testbench memory only): a DMA write of the device.
+    DmaWrite {
+        /// When, ps.
+        time_ps: u64,
+        /// Bus address.
+        address: u64,
+        /// The bytes, hex.
+        data: String,
+    },
     /// Output: what a configuration or BAR read returned.
     ReadData {
         /// The bytes, hex.
@@ -103,7 +129,7 @@ impl Event {
     fn is_output(&self) -> bool {
         matches!(
             self,
-            Event::ReadData { .. } | Event::FrameOut { .. } | Event::Msix { .. }
+            Event::ReadData { .. } | Event::FrameOut { .. } | Event::Msix { .. } | Event::DmaWrite { .. }
         )
     }
 }
@@ -133,13 +159,18 @@ struct Header {
     schema: String,
     /// The session's configuration (JSON text).
     config: String,
+    /// Whether host memory was the testbench's: DMA reads are inputs of the recording.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    testbench_memory: bool,
 }
 
-/// A recording's text: the header line, then one event per line.
-pub fn to_text(config_json: &str, events: &[Event]) -> String {
+/// A recording's text: the header line, then one event per line. `testbench_memory`:
+/// the session's host memory was the testbench's (its DMA reads are recorded inputs).
+pub fn to_text(config_json: &str, testbench_memory: bool, events: &[Event]) -> String {
     let header = Header {
         schema: SCHEMA.into(),
         config: config_json.into(),
+        testbench_memory,
     };
     let mut text = serde_json::to_string(&header).unwrap_or_default();
     text.push('\n');
@@ -167,7 +198,10 @@ pub fn replay(text: &str) -> Result<usize, VipError> {
         .enumerate()
         .map(|(i, line)| serde_json::from_str(line).map_err(|e| VipError::Invalid(format!("recording event {i}: {e}"))))
         .collect::<Result<_, _>>()?;
-    let mut session = Session::new(&header.config, None)?;
+    let bus = header
+        .testbench_memory
+        .then(|| Box::new(RecordedMemory::new(&recorded)) as Box<dyn HostBus>);
+    let mut session = Session::new(&header.config, bus)?;
     session.start_recording()?;
     for event in &recorded {
         apply(&mut session, event)?;
@@ -198,6 +232,47 @@ pub fn replay(text: &str) -> Result<usize, VipError> {
     Ok(recorded.len())
 }
 
+/// The testbench's memory as recorded: the DMA reads are answered from the recording in
+/// order; writes are taken (they are outputs, compared as events).
+struct RecordedMemory {
+    reads: VecDeque<(u64, usize, Option<Vec<u8>>)>,
+}
+
+impl RecordedMemory {
+    fn new(events: &[Event]) -> Self {
+        let reads = events
+            .iter()
+            .filter_map(|event| match event {
+                Event::DmaRead {
+                    address, length, data, ..
+                } => Some((*address, *length, data.as_deref().and_then(|d| unhex(d).ok()))),
+                _ => None,
+            })
+            .collect();
+        Self { reads }
+    }
+}
+
+impl HostBus for RecordedMemory {
+    fn read(&mut self, address: u64, buffer: &mut [u8]) -> bool {
+        match self.reads.pop_front() {
+            Some((recorded, length, Some(data)))
+                if recorded == address && length == buffer.len() && data.len() == length =>
+            {
+                buffer.copy_from_slice(&data);
+                true
+            }
+            // Refused then, or another access than the recorded one: refused (the
+            // event comparison reports where the replay left the recording).
+            _ => false,
+        }
+    }
+
+    fn write(&mut self, _address: u64, _data: &[u8]) -> bool {
+        true
+    }
+}
+
 fn apply(session: &mut Session, event: &Event) -> Result<(), VipError> {
     use rnic_hw_model::Picoseconds;
     match event {
@@ -216,6 +291,8 @@ fn apply(session: &mut Session, event: &Event) -> Result<(), VipError> {
             Ok(())
         }
         Event::ReceiveFrame { frame } => session.receive_frame(&unhex(frame)?),
+        // Served by the recorded memory when the device asks.
+        Event::DmaRead { .. } => Ok(()),
         // Outputs are produced by the inputs, not applied.
         output => {
             debug_assert!(output.is_output());
@@ -326,21 +403,10 @@ mod tests {
     }
 
     #[test]
-    fn recording_starts_before_any_input_and_needs_the_models_memory() {
+    fn recording_starts_before_any_input() {
         let mut session = Session::new(CONFIG, None).unwrap();
         session.config_write(0x04, &[0x06, 0x00]).unwrap();
         assert!(session.start_recording().is_err());
-        struct NoMemory;
-        impl crate::HostBus for NoMemory {
-            fn read(&mut self, _: u64, _: &mut [u8]) -> bool {
-                false
-            }
-            fn write(&mut self, _: u64, _: &[u8]) -> bool {
-                false
-            }
-        }
-        let mut session = Session::new(CONFIG, Some(Box::new(NoMemory))).unwrap();
-        assert!(session.start_recording().unwrap_err().to_string().contains("callbacks"));
         assert!(replay("{\"schema\":\"other\",\"config\":\"\"}").is_err());
     }
 }

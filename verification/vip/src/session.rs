@@ -8,14 +8,20 @@
 //! serves from its own memory model.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use rnic_firmware_if::bits::Layout;
+use rnic_firmware_if::cqe::Cqe;
+use rnic_firmware_if::eqe::{Aeqe, AeqeMailbox, Ceqe};
+use rnic_firmware_if::event::AsyncEventType;
 use rnic_firmware_if::mailbox::ContextTable;
 use rnic_hw_model::interrupt::{InterruptSink, MsixMessage};
 use rnic_hw_model::memory::{AccessKind, Backing, MemoryError, FRAME_SIZE};
+use rnic_hw_model::probe::{Observer, Transaction};
 use rnic_hw_model::{Device, HostMemory, PagedMemory, Picoseconds};
 
-use crate::checker::{Checker, Mismatch};
+use crate::checker::{Checker, EventQueue, Mismatch, Stream, Streams};
 use crate::config::SessionConfig;
 use crate::coverage::{Collector, Coverage};
 use crate::replay::{self, Event};
@@ -66,6 +72,164 @@ impl HostMemory for BusMemory {
     }
 }
 
+/// What the device did, as the session's memory tap and port observers saw it, in order.
+#[derive(Debug, Clone)]
+enum Seen {
+    /// A DMA read and its answer (None: refused).
+    DmaRead {
+        address: u64,
+        length: usize,
+        data: Option<Vec<u8>>,
+    },
+    /// A DMA write that host memory took.
+    DmaWrite { address: u64, data: Vec<u8> },
+    /// A CQE the CQ block wrote (owner bit not yet set).
+    Cqe { cqn: u32, cqe: Box<Cqe> },
+    /// A request for an EQE: the next DMA write is that EQE if it matches.
+    EqeRequest(EqeRequest),
+}
+
+/// An EQE the event block was asked for.
+#[derive(Debug, Clone, Copy)]
+enum EqeRequest {
+    Completion { ceqn: u32, cqn: u32 },
+    Async { event: AsyncEventType, queue_number: u32 },
+    Mailbox { token: u16 },
+}
+
+impl EqeRequest {
+    /// Whether `data`, written right after the request, is its EQE.
+    fn is_written_as(&self, data: &[u8]) -> bool {
+        match *self {
+            EqeRequest::Completion { cqn, .. } => data.len() >= Ceqe::SIZE && Ceqe::CQN.get(data) == u64::from(cqn),
+            EqeRequest::Async { event, queue_number } => {
+                data.len() >= Aeqe::SIZE
+                    && Aeqe::EVENT_TYPE.get(data) == u64::from(u8::from(event))
+                    && Aeqe::EVENT_QUEUE_NUM.get(data) == u64::from(queue_number)
+            }
+            EqeRequest::Mailbox { token } => {
+                data.len() >= AeqeMailbox::SIZE
+                    && AeqeMailbox::EVENT_TYPE.get(data) == u64::from(u8::from(AsyncEventType::Mb))
+                    && AeqeMailbox::TOKEN.get(data) == u64::from(token)
+            }
+        }
+    }
+
+    fn queue(&self) -> EventQueue {
+        match *self {
+            EqeRequest::Completion { ceqn, .. } => EventQueue::Completion(ceqn),
+            _ => EventQueue::Async,
+        }
+    }
+}
+
+/// Where the session's memory tap and observers put what they saw. Nothing is kept
+/// unless a check or a recording asks for it.
+#[derive(Debug, Default)]
+struct Tap {
+    /// DMA writes, CQEs and EQE requests (a check of those streams is running).
+    watch: AtomicBool,
+    /// DMA reads with their answers and DMA writes (a recording of a session on the
+    /// testbench's memory is running).
+    record: AtomicBool,
+    seen: Mutex<Vec<Seen>>,
+}
+
+impl Tap {
+    fn push(&self, seen: Seen) {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
+    }
+
+    fn take(&self) -> Vec<Seen> {
+        std::mem::take(&mut *self.seen.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The device's host memory with the tap on it: every DMA the device makes passes here,
+/// the BT and MTT walks included (they bypass the bus port's observer).
+struct TappedMemory {
+    inner: Arc<dyn HostMemory>,
+    tap: Arc<Tap>,
+}
+
+impl HostMemory for TappedMemory {
+    fn read(&self, address: u64, buffer: &mut [u8]) -> Result<(), MemoryError> {
+        let result = self.inner.read(address, buffer);
+        if self.tap.record.load(Ordering::Relaxed) {
+            self.tap.push(Seen::DmaRead {
+                address,
+                length: buffer.len(),
+                data: result.is_ok().then(|| buffer.to_vec()),
+            });
+        }
+        result
+    }
+
+    fn write(&self, address: u64, data: &[u8]) -> Result<(), MemoryError> {
+        let result = self.inner.write(address, data);
+        if result.is_ok() && (self.tap.watch.load(Ordering::Relaxed) || self.tap.record.load(Ordering::Relaxed)) {
+            self.tap.push(Seen::DmaWrite {
+                address,
+                data: data.to_vec(),
+            });
+        }
+        result
+    }
+}
+
+/// The observer of the completion and event ports: the coverage collector, and the tap
+/// while a check watches CQEs and EQEs.
+struct Watch {
+    coverage: Collector,
+    tap: Arc<Tap>,
+}
+
+impl Observer for Watch {
+    fn observe(&mut self, at: Picoseconds, transaction: &Transaction<'_>) {
+        self.coverage.observe(at, transaction);
+        if !self.tap.watch.load(Ordering::Relaxed) {
+            return;
+        }
+        let request = match *transaction {
+            Transaction::Cqe {
+                cqn,
+                cqe,
+                written: true,
+                ..
+            } => {
+                self.tap.push(Seen::Cqe {
+                    cqn,
+                    cqe: Box::new(*cqe),
+                });
+                return;
+            }
+            Transaction::CompletionEvent { ceqn, cqn } => EqeRequest::Completion { ceqn, cqn },
+            Transaction::AsyncEvent {
+                event, queue_number, ..
+            } => EqeRequest::Async { event, queue_number },
+            Transaction::MailboxEvent { token, .. } => EqeRequest::Mailbox { token },
+            _ => return,
+        };
+        self.tap.push(Seen::EqeRequest(request));
+    }
+}
+
+/// The bytes of the CQE `cqe` among `writes` (the DMA writes since the last CQE): the
+/// write of 32 or 64 bytes equal to it but for the owner bit, the newest first.
+fn written_cqe(cqe: &Cqe, writes: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let found = writes.iter().rev().find(|(_, data)| {
+        (data.len() == 32 || data.len() == 64) && {
+            let mut expected = *cqe;
+            expected.set_owner(Cqe::OWNER.get(data) != 0);
+            expected.bytes()[..data.len()] == data[..]
+        }
+    });
+    match found {
+        Some((_, data)) => data.clone(),
+        None => cqe.bytes().to_vec(),
+    }
+}
+
 /// An MSI-X message and when the device sent it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MsixEvent {
@@ -98,8 +262,10 @@ pub struct FrameEvent {
 pub struct Session {
     config: SessionConfig,
     device: Device,
-    /// The memory the device DMAs into.
+    /// The memory the device DMAs into (without the tap: the testbench's own accesses).
     memory: Arc<dyn HostMemory>,
+    /// What the device's memory accesses and the completion and event ports showed.
+    tap: Arc<Tap>,
     /// The model's own memory (backdoor regions), when the testbench supplied none.
     backdoor: Option<Arc<PagedMemory>>,
     sink: MsixQueue,
@@ -148,13 +314,24 @@ impl Session {
             }
         };
         let sink = MsixQueue::default();
-        let mut device = Device::new(device_config, memory.clone(), Box::new(sink.clone()));
+        let tap = Arc::new(Tap::default());
+        let tapped = Arc::new(TappedMemory {
+            inner: memory.clone(),
+            tap: tap.clone(),
+        });
+        let mut device = Device::new(device_config, tapped, Box::new(sink.clone()));
         let coverage = Collector::new();
-        coverage.attach(&mut device);
+        coverage.attach_with(&mut device, |collector| {
+            Box::new(Watch {
+                coverage: collector,
+                tap: tap.clone(),
+            })
+        });
         let mut session = Self {
             config,
             device,
             memory,
+            tap,
             backdoor,
             sink,
             msix: VecDeque::new(),
@@ -232,9 +409,63 @@ impl Session {
         self.device.now()
     }
 
+    /// Hands what the tap saw at the current instant to the check and the recording.
+    fn collect_tapped(&mut self, now: Picoseconds) {
+        let seen = self.tap.take();
+        if seen.is_empty() {
+            return;
+        }
+        // The DMA writes since the last CQE (one of them is the next CQE's), and the EQE
+        // request waiting for its write.
+        let mut writes: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut eqe_request: Option<EqeRequest> = None;
+        for event in seen {
+            match event {
+                Seen::DmaRead { address, length, data } => {
+                    if let Some(recording) = self.recording.as_mut() {
+                        recording.push(Event::DmaRead {
+                            time_ps: now.0,
+                            address,
+                            length,
+                            data: data.as_deref().map(replay::hex),
+                        });
+                    }
+                }
+                Seen::DmaWrite { address, data } => {
+                    if let Some(recording) = self.recording.as_mut().filter(|_| self.backdoor.is_none()) {
+                        recording.push(Event::DmaWrite {
+                            time_ps: now.0,
+                            address,
+                            data: replay::hex(&data),
+                        });
+                    }
+                    if let Some(checker) = self.checker.as_mut() {
+                        checker.expect_dma_write(now, address, &data);
+                        if let Some(request) = eqe_request.take().filter(|r| r.is_written_as(&data)) {
+                            checker.expect_eqe(now, request.queue(), &data);
+                        }
+                    }
+                    if writes.len() >= 64 {
+                        writes.remove(0);
+                    }
+                    writes.push((address, data));
+                }
+                Seen::Cqe { cqn, cqe } => {
+                    let entry = written_cqe(&cqe, &writes);
+                    writes.clear();
+                    if let Some(checker) = self.checker.as_mut() {
+                        checker.expect_cqe(now, cqn, &entry);
+                    }
+                }
+                Seen::EqeRequest(request) => eqe_request = Some(request),
+            }
+        }
+    }
+
     /// Gathers what the device produced at the current instant.
     fn collect(&mut self) {
         let now = self.device.now();
+        self.collect_tapped(now);
         let messages = std::mem::take(&mut *self.sink.0.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(trace) = self.trace.as_mut() {
             let charges = self.device.timing_mut().take_stage_log();
@@ -255,6 +486,14 @@ impl Session {
                 address: message.address,
                 data: message.data,
             }));
+        }
+        if let Some(checker) = self.checker.as_mut() {
+            for message in &messages {
+                checker.expect_msix(MsixEvent {
+                    time: now,
+                    message: *message,
+                });
+            }
         }
         self.msix
             .extend(messages.into_iter().map(|message| MsixEvent { time: now, message }));
@@ -391,20 +630,87 @@ impl Session {
     /// every frame the model transmits is expected from the DUT too; `tolerance` bounds
     /// the difference of transmit times (None: not compared). Starting again starts afresh.
     pub fn start_check(&mut self, tolerance: Option<Picoseconds>) {
-        self.checker = Some(Checker::new(tolerance));
+        self.start_check_streams(Streams::FRAMES, tolerance);
     }
 
-    /// The DUT transmitted `frame` at `time`: the mismatch with the model's frame, if any.
-    pub fn check_frame(&mut self, time: Picoseconds, frame: &[u8]) -> Result<Option<Mismatch>, VipError> {
+    /// Starts checking `streams` of the DUT against the model's (crate::checker): from now
+    /// on every output of those streams the model produces is expected from the DUT too,
+    /// with the time it happened; `tolerance` bounds the difference of times (None: not
+    /// compared). Starting again starts afresh.
+    pub fn start_check_streams(&mut self, streams: Streams, tolerance: Option<Picoseconds>) {
+        // What the device did before the check is not expected.
+        self.collect_tapped(self.device.now());
+        let watch = [Stream::DmaWrite, Stream::Cqe, Stream::Eqe]
+            .into_iter()
+            .any(|stream| streams.contains(stream));
+        self.tap.watch.store(watch, Ordering::Relaxed);
+        self.checker = Some(Checker::with_streams(streams, tolerance));
+    }
+
+    fn checker_of(&mut self, stream: Stream) -> Result<&mut Checker, VipError> {
         let checker = self
             .checker
             .as_mut()
             .ok_or_else(|| VipError::Invalid("no check was started".into()))?;
-        Ok(checker.notify_frame(time, frame))
+        if !checker.checks(stream) {
+            return Err(VipError::Invalid(format!(
+                "the check was started without the {} stream",
+                stream.name()
+            )));
+        }
+        Ok(checker)
     }
 
-    /// Ends the check: every mismatch, the first divergence first (frames the model sent
-    /// and the DUT did not included).
+    /// The DUT transmitted `frame` at `time`: the mismatch with the model's frame, if any.
+    pub fn check_frame(&mut self, time: Picoseconds, frame: &[u8]) -> Result<Option<Mismatch>, VipError> {
+        Ok(self.checker_of(Stream::Frame)?.notify_frame(time, frame))
+    }
+
+    /// The DUT wrote `data` at bus address `address` at `time`: the mismatch with the
+    /// model's write to that address, if any.
+    pub fn check_dma_write(
+        &mut self,
+        time: Picoseconds,
+        address: u64,
+        data: &[u8],
+    ) -> Result<Option<Mismatch>, VipError> {
+        Ok(self.checker_of(Stream::DmaWrite)?.notify_dma_write(time, address, data))
+    }
+
+    /// The DUT wrote the CQE `entry` (32 or 64 bytes, as in the CQ buffer) to CQ `cqn` at
+    /// `time`: the mismatch with the model's CQE, if any.
+    pub fn check_cqe(&mut self, time: Picoseconds, cqn: u32, entry: &[u8]) -> Result<Option<Mismatch>, VipError> {
+        Ok(self.checker_of(Stream::Cqe)?.notify_cqe(time, cqn, entry))
+    }
+
+    /// The DUT wrote the EQE `entry` to `queue` at `time`: the mismatch, if any.
+    pub fn check_eqe(
+        &mut self,
+        time: Picoseconds,
+        queue: EventQueue,
+        entry: &[u8],
+    ) -> Result<Option<Mismatch>, VipError> {
+        Ok(self.checker_of(Stream::Eqe)?.notify_eqe(time, queue, entry))
+    }
+
+    /// The DUT raised MSI-X `vector` (`address`, `data`) at `time`: the mismatch, if any.
+    pub fn check_msix(
+        &mut self,
+        time: Picoseconds,
+        vector: u16,
+        address: u64,
+        data: u32,
+    ) -> Result<Option<Mismatch>, VipError> {
+        Ok(self.checker_of(Stream::Msix)?.notify_msix(time, vector, address, data))
+    }
+
+    /// The check, once started: its mismatches and what matched so far.
+    pub fn checker(&self) -> Option<&Checker> {
+        self.checker.as_ref()
+    }
+
+    /// Ends the check: every mismatch, the first divergence first (outputs the model
+    /// produced and the DUT did not included).
     pub fn finish_check(&mut self) -> Result<Vec<Mismatch>, VipError> {
         let checker = self
             .checker
@@ -413,19 +719,16 @@ impl Session {
         Ok(checker.finish().to_vec())
     }
 
-    /// Starts recording inputs and outputs (crate::replay). Only before the first input,
-    /// and only with the model's own memory (the testbench's DMA answers are not recorded).
+    /// Starts recording inputs and outputs (crate::replay). Only before the first input.
+    /// On the testbench's memory (callbacks), every DMA read is recorded with its answer
+    /// as an input and every DMA write as an output, so the replay needs no callbacks.
     pub fn start_recording(&mut self) -> Result<(), VipError> {
         if self.touched {
             return Err(VipError::Invalid(
                 "a recording starts before the session's first input".into(),
             ));
         }
-        if self.backdoor.is_none() {
-            return Err(VipError::Invalid(
-                "recording needs the model's own memory: DMA through the testbench's callbacks is not recorded".into(),
-            ));
-        }
+        self.tap.record.store(self.backdoor.is_none(), Ordering::Relaxed);
         self.recording = Some(Vec::new());
         Ok(())
     }
@@ -438,7 +741,7 @@ impl Session {
     /// The recording as text: the configuration, then one event a line (JSON lines).
     pub fn recording_text(&self) -> Option<String> {
         let events = self.recording.as_ref()?;
-        Some(replay::to_text(&self.config.to_json(), events))
+        Some(replay::to_text(&self.config.to_json(), self.backdoor.is_none(), events))
     }
 
     fn record(&mut self, event: impl FnOnce() -> Event) {
@@ -453,6 +756,7 @@ impl Session {
     pub fn write_back_contexts(&mut self) {
         self.record(|| Event::ContextWriteBack);
         self.device.write_back_contexts();
+        self.collect();
     }
 
     /// Starts a trace (crate::trace): from now on the timing model's charges, frames,

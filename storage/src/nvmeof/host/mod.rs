@@ -552,7 +552,7 @@ impl Host {
     }
 
     fn connect_queue_once(&mut self, qid: u16, entries: u16, cntlid: u16, in_capsule: usize) -> Result<HostQueue> {
-        let (qp, cq, commands, responses) = HostQueue::create(&self.context, &self.pd, entries, in_capsule)?;
+        let (qp, cq, capsules, responses) = HostQueue::create(&self.context, &self.pd, entries, in_capsule)?;
         let advertised = self.config.advertised_queue_entries.unwrap_or(entries).max(1);
         let request = CmRequestRepr {
             recfmt: 0,
@@ -607,13 +607,14 @@ impl Host {
             qp,
             cq,
             connection,
-            commands,
+            capsules,
             responses,
             entries,
             slots: (0..entries).map(|_| None).collect(),
             generations: vec![0; usize::from(entries)],
             free: (0..usize::from(entries)).rev().collect(),
             completions: vec![Default::default(); 32],
+            pending_sends: Vec::with_capacity(usize::from(entries)),
         };
         for slot in 0..usize::from(entries) {
             queue
@@ -1140,7 +1141,9 @@ impl Host {
     }
 
     /// Sends `request` on I/O queue `queue` (0-based); its completion comes out of
-    /// [`Host::poll`] with `tag`.
+    /// [`Host::poll`] with `tag`. The command's SEND is posted by the next
+    /// [`Host::poll`], with the others submitted since the last one (one doorbell for a
+    /// burst, as SPDK's delayed submission does).
     ///
     /// # Errors
     /// [`HostError::QueueFull`] when every entry is in use; [`HostError::Config`] for a
@@ -1202,7 +1205,7 @@ impl Host {
         let Some((slot, _)) = q.take_slot() else {
             return Err(HostError::QueueFull(queue));
         };
-        if capsule.len() > q.commands.slot_size() {
+        if capsule.len() > q.capsules.capacity() {
             q.free.push(slot);
             return Err(HostError::Config(format!(
                 "a {}-byte capsule does not fit",
@@ -1322,7 +1325,14 @@ impl Host {
             _ => None,
         };
         capsule[..SQE_LEN].copy_from_slice(&command.to_sqe(cid, &sgl).to_bytes());
-        if let Err(e) = q.send_capsule(slot, capsule) {
+        // The callers' I/O goes out with the next poll, a submission burst behind one
+        // doorbell; the host's own and blocking commands go at once.
+        let sent = if matches!(owner, Owner::Io(_)) {
+            q.queue_capsule(slot, capsule)
+        } else {
+            q.send_capsule(slot, capsule)
+        };
+        if let Err(e) = sent {
             q.free.push(slot);
             return Err(HostError::Protocol(format!("sending {}: {e}", command.name())));
         }
@@ -1369,6 +1379,11 @@ impl Host {
         let Some(q) = self.queues[queue].as_mut() else {
             return Ok(0);
         };
+        // The commands submitted since the last poll go out first, together.
+        let submitted = q.pending_sends.len();
+        if submitted > 0 {
+            q.flush_sends().map_err(|e| format!("queue {queue}: {e}"))?;
+        }
         let mut completions = std::mem::take(&mut q.completions);
         let count = q.cq.poll(&mut completions).map_err(|e| e.to_string());
         let count = match count {
@@ -1380,9 +1395,9 @@ impl Host {
         };
         if count == 0 {
             q.completions = completions;
-            return Ok(0);
+            return Ok(submitted);
         }
-        let mut result = Ok(count);
+        let mut result = Ok(count + submitted);
         let touched = &mut self.touched;
         touched.clear();
         let reposts = &mut self.reposts;

@@ -19,6 +19,9 @@ use crate::rdma::{Connection, DataBuffer, SlotRegion};
 /// Receives posted with one doorbell at most.
 const RECEIVE_BATCH: usize = 32;
 
+/// Command SENDs posted with one doorbell at most.
+const SEND_BATCH: usize = 32;
+
 /// Slot bits of a command identifier (queues of up to 1024 entries).
 pub(crate) const CID_SLOT_BITS: u32 = 10;
 
@@ -80,13 +83,55 @@ pub(crate) struct HostQueue {
     pub qp: QueuePair,
     pub cq: CompletionQueue,
     pub connection: Box<dyn Connection>,
-    pub commands: SlotRegion,
+    pub capsules: Capsules,
     pub responses: SlotRegion,
     pub entries: u16,
     pub slots: Vec<Option<Outstanding>>,
     pub generations: Vec<u16>,
     pub free: Vec<usize>,
     pub completions: Vec<WorkCompletion>,
+    /// Capsules written and waiting for [`HostQueue::flush_sends`]: (slot, bytes).
+    pub pending_sends: Vec<(usize, usize)>,
+}
+
+/// The command capsules of a queue, laid out as Linux's and SPDK's hosts keep them:
+/// the SQEs in a dense array of 64-byte commands, in-capsule data in a buffer per slot
+/// of its own, sent as a second SGE. A read's SEND then reads its 64 bytes from a
+/// few shared cache lines and pages instead of one page per command.
+pub(crate) struct Capsules {
+    pub commands: SlotRegion,
+    pub data: Option<SlotRegion>,
+}
+
+impl Capsules {
+    /// Bytes a capsule can have: an SQE and the in-capsule data.
+    pub fn capacity(&self) -> usize {
+        SQE_LEN + self.data.as_ref().map_or(0, SlotRegion::slot_size)
+    }
+
+    /// Writes `capsule` (SQE, then in-capsule data) into `slot`; returns its SGEs and
+    /// how many of the two it uses. A capsule shorter than an SQE (a test's malformed
+    /// one) is sent as it is.
+    fn write(&self, slot: usize, capsule: &[u8]) -> Result<([rnic_verbs::Sge; 2], usize), String> {
+        if capsule.len() > self.capacity() {
+            return Err(format!(
+                "a {}-byte capsule: an SQE and at most {} bytes of data",
+                capsule.len(),
+                self.capacity() - SQE_LEN
+            ));
+        }
+        let (sqe, data) = capsule.split_at(capsule.len().min(SQE_LEN));
+        self.commands.write(slot, sqe).map_err(|e| e.to_string())?;
+        let command = self.commands.sge(slot, sqe.len());
+        match (&self.data, data.len()) {
+            (_, 0) => Ok(([command, rnic_verbs::Sge::default()], 1)),
+            (Some(region), length) => {
+                region.write(slot, data).map_err(|e| e.to_string())?;
+                Ok(([command, region.sge(slot, length)], 2))
+            }
+            (None, _) => Err("in-capsule data on a queue that sends none".into()),
+        }
+    }
 }
 
 impl HostQueue {
@@ -97,7 +142,7 @@ impl HostQueue {
         pd: &ProtectionDomain,
         entries: u16,
         in_capsule: usize,
-    ) -> rnic_verbs::Result<(QueuePair, CompletionQueue, SlotRegion, SlotRegion)> {
+    ) -> rnic_verbs::Result<(QueuePair, CompletionQueue, Capsules, SlotRegion)> {
         let depth = u32::from(entries);
         let cq = context.create_cq(2 * depth + 4, None, 0)?;
         let qp = pd.create_qp(&QpInitAttributes {
@@ -107,16 +152,28 @@ impl HostQueue {
             cap: QpCapabilities {
                 max_send_wr: depth + 2,
                 max_recv_wr: depth,
-                max_send_sge: 1,
+                // The SQE and the in-capsule data come from two buffers.
+                max_send_sge: 2,
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
             qp_type: QpType::Rc,
             sq_sig_all: false,
         })?;
-        let commands = SlotRegion::new(pd, usize::from(entries), SQE_LEN + in_capsule, AccessFlags::LOCAL_WRITE)?;
+        let capsules = Capsules {
+            commands: SlotRegion::new(pd, usize::from(entries), SQE_LEN, AccessFlags::LOCAL_WRITE)?,
+            data: match in_capsule {
+                0 => None,
+                size => Some(SlotRegion::new(
+                    pd,
+                    usize::from(entries),
+                    size,
+                    AccessFlags::LOCAL_WRITE,
+                )?),
+            },
+        };
         let responses = SlotRegion::new(pd, usize::from(entries), CQE_LEN, AccessFlags::LOCAL_WRITE)?;
-        Ok((qp, cq, commands, responses))
+        Ok((qp, cq, capsules, responses))
     }
 
     /// Posts the receive for response slot `slot`.
@@ -156,18 +213,58 @@ impl HostQueue {
         Some((slot, generation << CID_SLOT_BITS | slot as u16))
     }
 
-    /// Writes `capsule` into command slot `slot` and SENDs it.
-    pub fn send_capsule(&self, slot: usize, capsule: &[u8]) -> Result<(), String> {
-        self.commands.write(slot, capsule).map_err(|e| e.to_string())?;
-        let sge = [self.commands.sge(slot, capsule.len())];
+    /// Writes `capsule` into command slot `slot` and SENDs it (after any SENDs still
+    /// queued, so the queue's commands leave in the order they were given).
+    pub fn send_capsule(&mut self, slot: usize, capsule: &[u8]) -> Result<(), String> {
+        self.flush_sends()?;
+        let (sges, used) = self.capsules.write(slot, capsule)?;
         self.qp
             .post_send(&[SendWorkRequest {
                 wr_id: send_wr_id(slot),
-                sg_list: &sge,
+                sg_list: &sges[..used],
                 send_flags: SendFlags::SIGNALED,
                 ..Default::default()
             }])
             .map_err(|e| e.to_string())
+    }
+
+    /// Writes `capsule` into command slot `slot` and queues its SEND for the next
+    /// [`HostQueue::flush_sends`] (SPDK's delayed submission: the commands of one
+    /// submission burst share a doorbell).
+    pub fn queue_capsule(&mut self, slot: usize, capsule: &[u8]) -> Result<(), String> {
+        self.capsules.write(slot, capsule)?;
+        self.pending_sends.push((slot, capsule.len()));
+        Ok(())
+    }
+
+    /// Posts the SENDs [`HostQueue::queue_capsule`] queued, in order, up to
+    /// [`SEND_BATCH`] per doorbell.
+    pub fn flush_sends(&mut self) -> Result<(), String> {
+        while !self.pending_sends.is_empty() {
+            let count = self.pending_sends.len().min(SEND_BATCH);
+            let mut sges = [([rnic_verbs::Sge::default(); 2], 0usize); SEND_BATCH];
+            for (sge, &(slot, length)) in sges.iter_mut().zip(&self.pending_sends[..count]) {
+                let command = self.capsules.commands.sge(slot, SQE_LEN);
+                *sge = match (&self.capsules.data, length.saturating_sub(SQE_LEN)) {
+                    (Some(data), extra) if extra > 0 => ([command, data.sge(slot, extra)], 2),
+                    _ => ([command, rnic_verbs::Sge::default()], 1),
+                };
+            }
+            let mut requests = [SendWorkRequest::default(); SEND_BATCH];
+            for ((request, (sge, used)), &(slot, _)) in requests.iter_mut().zip(&sges).zip(&self.pending_sends[..count])
+            {
+                *request = SendWorkRequest {
+                    wr_id: send_wr_id(slot),
+                    sg_list: &sge[..*used],
+                    send_flags: SendFlags::SIGNALED,
+                    ..Default::default()
+                };
+            }
+            let result = self.qp.post_send(&requests[..count]);
+            self.pending_sends.drain(..count);
+            result.map_err(|e| format!("posting command SENDs: {e}"))?;
+        }
+        Ok(())
     }
 
     /// The slot a CID names, if the CID is that slot's current command.

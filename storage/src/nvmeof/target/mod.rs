@@ -567,6 +567,7 @@ impl Target {
             peer: peer.clone(),
             completions: vec![WorkCompletion::default(); POLL_BATCH],
             reposts: Vec::with_capacity(geometry.slots),
+            pending_responses: Vec::with_capacity(geometry.slots),
         };
         for slot in 0..geometry.slots {
             if let Err(e) = queue.post_receive(slot) {
@@ -617,7 +618,9 @@ impl Target {
         queue.completions = completions;
         work += self.start_waiting(q);
         work += self.execute_ready(q);
-        // The receives of the commands answered in this poll go back together.
+        // The responses of this poll go out together, and so do the receives of the
+        // commands answered before it.
+        self.flush_responses(q);
         if let Some(queue) = self.queues[q].as_mut() {
             if let Err(e) = queue.flush_receives() {
                 let peer = queue.peer.clone();
@@ -1481,7 +1484,7 @@ impl Target {
         };
         if let Err(e) = result {
             let peer = queue.peer.clone();
-            self.diag("post", || format!("posting a response for {peer}: {e}"));
+            self.diag("post", || format!("writing a response for {peer}: {e}"));
             return self.fail_queue(q, "response post failed");
         }
         if outcome.status.is_success() {
@@ -1517,6 +1520,19 @@ impl Target {
             if outcome.status.is_success() {
                 self.queues[q].as_mut().expect("present").close_when_drained = true;
             }
+        }
+    }
+
+    /// Posts the responses [`Target::respond`] queued on queue `q`; a failed post fails
+    /// the queue.
+    fn flush_responses(&mut self, q: usize) {
+        let Some(queue) = self.queues.get_mut(q).and_then(Option::as_mut) else {
+            return;
+        };
+        if let Err(e) = queue.flush_responses() {
+            let peer = queue.peer.clone();
+            self.diag("post", || format!("posting responses for {peer}: {e}"));
+            self.fail_queue(q, "response post failed");
         }
     }
 
@@ -1564,6 +1580,8 @@ impl Target {
             match controller.aers.pop() {
                 Some(aer) => {
                     self.respond(aer.queue, aer.slot, Outcome::success(event));
+                    // Outside a poll: nothing else will post it.
+                    self.flush_responses(aer.queue);
                 }
                 None => controller.pending_events.push_back(event),
             }

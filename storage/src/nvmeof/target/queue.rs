@@ -21,6 +21,27 @@ use crate::rdma::{BufferPool, Connection, DataBuffer, SlotRegion};
 /// Receives posted with one doorbell at most.
 pub(crate) const RECEIVE_BATCH: usize = 32;
 
+/// Responses (a data WRITE and a SEND each) posted with one doorbell at most.
+pub(crate) const RESPONSE_BATCH: usize = 32;
+
+/// A response written to its slot and waiting for [`TargetQueue::flush_responses`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PendingResponse {
+    pub slot: usize,
+    /// The command's data to the host first, if any.
+    pub write: Option<PendingWrite>,
+    /// The rkey the SEND invalidates, if the host asked for it.
+    pub invalidate: Option<u32>,
+}
+
+/// The RDMA WRITE of a response.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PendingWrite {
+    pub local: rnic_verbs::Sge,
+    pub remote_addr: u64,
+    pub rkey: u32,
+}
+
 /// What a work request was for: the top byte of its `wr_id`, the slot below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WorkKind {
@@ -136,6 +157,8 @@ pub(crate) struct TargetQueue {
     pub completions: Vec<WorkCompletion>,
     /// Slots whose receive goes back at the end of this poll, all with one doorbell.
     pub reposts: Vec<usize>,
+    /// Responses to post at the end of this poll, all with one doorbell.
+    pub pending_responses: Vec<PendingResponse>,
 }
 
 /// Sizes of a queue being created.
@@ -260,52 +283,81 @@ impl TargetQueue {
         Ok(())
     }
 
-    /// Writes the CQE of `slot` and posts the SEND (with invalidate of `invalidate`),
-    /// after an RDMA WRITE of `write_length` bytes of its buffer to `write_to` when given.
+    /// Writes the CQE of `slot` and queues its SEND (with invalidate of `invalidate`),
+    /// after an RDMA WRITE of `write_length` bytes of its buffer to `write_to` when
+    /// given; [`TargetQueue::flush_responses`] posts what was queued.
     pub fn post_response(
         &mut self,
         slot: usize,
         cqe: &CqeRepr,
         write: Option<(&DataBuffer, u32, u64, u32)>,
         invalidate: Option<u32>,
-    ) -> Result<(), ResponseError> {
-        self.responses
-            .write(slot, &cqe.to_bytes())
-            .map_err(ResponseError::Memory)?;
-        let response_sge = [self.responses.sge(slot, CQE_LEN)];
-        let mut data_sge = [rnic_verbs::Sge::default()];
-        let mut requests: [SendWorkRequest<'_>; 2] = Default::default();
-        let mut count = 0;
-        if let Some((buffer, length, address, key)) = write {
-            data_sge[0] = rnic_verbs::Sge::new(self.pool.address(buffer), length, self.pool.mr().lkey());
-            requests[0] = SendWorkRequest {
-                wr_id: wr_id(WorkKind::WriteData, slot),
-                opcode: WrOpcode::RdmaWrite,
-                sg_list: &data_sge,
-                // Unsignaled: RC order puts the data before the response, and the
-                // response's completion retires the WRITE too.
-                send_flags: SendFlags::empty(),
-                rdma: RdmaFields {
-                    remote_addr: address,
-                    rkey: key,
-                },
-                ..Default::default()
-            };
-            count = 1;
+    ) -> rnic_verbs::Result<()> {
+        self.responses.write(slot, &cqe.to_bytes())?;
+        let write = write.map(|(buffer, length, address, key)| PendingWrite {
+            local: rnic_verbs::Sge::new(self.pool.address(buffer), length, self.pool.mr().lkey()),
+            remote_addr: address,
+            rkey: key,
+        });
+        self.pending_responses.push(PendingResponse {
+            slot,
+            write,
+            invalidate,
+        });
+        Ok(())
+    }
+
+    /// Posts the responses queued since the last flush (each its data WRITE, if any,
+    /// then its SEND), up to [`RESPONSE_BATCH`] of them per doorbell: the answers of a
+    /// poll cost one MMIO write, not one each (SPDK posts a poll's WRs the same way).
+    /// RC keeps the order of a QP's requests, so every WRITE still reaches the host
+    /// before the response that completes its command.
+    pub fn flush_responses(&mut self) -> Result<(), rnic_verbs::PostError> {
+        while !self.pending_responses.is_empty() {
+            let count = self.pending_responses.len().min(RESPONSE_BATCH);
+            let mut sges = [[rnic_verbs::Sge::default(); 2]; RESPONSE_BATCH];
+            for (sge, pending) in sges.iter_mut().zip(&self.pending_responses[..count]) {
+                sge[0] = pending.write.map_or_else(rnic_verbs::Sge::default, |w| w.local);
+                sge[1] = self.responses.sge(pending.slot, CQE_LEN);
+            }
+            let mut requests: [SendWorkRequest<'_>; 2 * RESPONSE_BATCH] =
+                [SendWorkRequest::default(); 2 * RESPONSE_BATCH];
+            let mut used = 0;
+            for (sge, pending) in sges.iter().zip(&self.pending_responses[..count]) {
+                if let Some(write) = pending.write {
+                    requests[used] = SendWorkRequest {
+                        wr_id: wr_id(WorkKind::WriteData, pending.slot),
+                        opcode: WrOpcode::RdmaWrite,
+                        sg_list: &sge[..1],
+                        // Unsignaled: RC order puts the data before the response, and
+                        // the response's completion retires the WRITE too.
+                        send_flags: SendFlags::empty(),
+                        rdma: RdmaFields {
+                            remote_addr: write.remote_addr,
+                            rkey: write.rkey,
+                        },
+                        ..Default::default()
+                    };
+                    used += 1;
+                }
+                requests[used] = SendWorkRequest {
+                    wr_id: wr_id(WorkKind::Response, pending.slot),
+                    opcode: if pending.invalidate.is_some() {
+                        WrOpcode::SendWithInv
+                    } else {
+                        WrOpcode::Send
+                    },
+                    sg_list: &sge[1..],
+                    send_flags: SendFlags::SIGNALED,
+                    invalidate_rkey: pending.invalidate.unwrap_or(0),
+                    ..Default::default()
+                };
+                used += 1;
+            }
+            let result = self.qp.post_send(&requests[..used]);
+            self.pending_responses.drain(..count);
+            result?;
         }
-        requests[count] = SendWorkRequest {
-            wr_id: wr_id(WorkKind::Response, slot),
-            opcode: if invalidate.is_some() {
-                WrOpcode::SendWithInv
-            } else {
-                WrOpcode::Send
-            },
-            sg_list: &response_sge,
-            send_flags: SendFlags::SIGNALED,
-            invalidate_rkey: invalidate.unwrap_or(0),
-            ..Default::default()
-        };
-        self.qp.post_send(&requests[..=count]).map_err(ResponseError::Post)?;
         Ok(())
     }
 
@@ -364,22 +416,6 @@ impl Receives {
             }
         }
         Ok(())
-    }
-}
-
-/// Why a response could not be sent.
-#[derive(Debug)]
-pub(crate) enum ResponseError {
-    Memory(rnic_verbs::VerbsError),
-    Post(rnic_verbs::PostError),
-}
-
-impl std::fmt::Display for ResponseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ResponseError::Memory(e) => write!(f, "response buffer: {e}"),
-            ResponseError::Post(e) => write!(f, "post: {e}"),
-        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! `rnic-vip`: the verification IP's command line. `rnic-vip coverage merge` adds coverage
 //! files of many runs into one; `rnic-vip coverage report` prints the table and the holes;
-//! `rnic-vip trace check` checks Perfetto JSON traces; `rnic-vip replay` replays a
+//! `rnic-vip trace check` checks Perfetto JSON and VCD traces; `rnic-vip replay` replays a
 //! recording. See `docs/guides/verification.md`.
 
 use std::path::PathBuf;
@@ -34,8 +34,9 @@ enum Command {
 
 #[derive(Subcommand)]
 enum TraceCommand {
-    /// Checks each file is a trace in the format viewers read, whose stage slices add up
-    /// to the model's totals; fails on the first that is not.
+    /// Checks each file is a trace in the format viewers read (Chrome/Perfetto JSON, or VCD
+    /// when it starts with `$`), whose stage slices add up to the model's totals; fails on
+    /// the first that is not.
     Check {
         /// Trace files.
         #[arg(required = true)]
@@ -98,6 +99,14 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Trace(TraceCommand::Check { inputs }) => {
             for path in inputs {
                 let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                if text.trim_start().starts_with('$') {
+                    let variables = rnic_vip::vcd::check_vcd(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                    println!(
+                        "{}: VCD, {variables} variables, stage integrals equal the model's totals",
+                        path.display()
+                    );
+                    continue;
+                }
                 let events = check_perfetto_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
                 println!(
                     "{}: {events} events, stage slices add up to the model's totals",
