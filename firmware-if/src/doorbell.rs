@@ -5,7 +5,8 @@
 //! A doorbell is one 64-bit little-endian store. SQ, RQ, SRQ and CQ doorbells go to
 //! [`DB_OFFSET`] of a doorbell (UAR) page, EQ doorbells to [`EQ_DB_OFFSET`]; UAR page *n*
 //! starts at `n × DB_PAGE_SIZE`. (HIP09 direct-WQE QPs ring their SQ doorbell at the start
-//! of the QP's direct-WQE window instead.)
+//! of the QP's direct-WQE window instead; rnic's direct WQE is the page's
+//! [`DWQE_OFFSET`] window followed by an SQ doorbell with `FLAG` set, docs/hw-interface.md.)
 
 use crate::bits::Layout;
 use crate::layout;
@@ -17,6 +18,12 @@ pub const DB_OFFSET: u64 = 0x230;
 pub const EQ_DB_OFFSET: u64 = 0x238;
 /// Size of (and stride between) doorbell pages (`DB_REG_OFFSET`).
 pub const DB_PAGE_SIZE: u64 = 0x1000;
+/// Offset of the direct-WQE window inside a doorbell page: the 64-byte SQ WQE is written
+/// there as eight 8-byte stores, then the SQ doorbell with `FLAG` set hands it to the
+/// device with the producer index (rnic's form of hns' direct WQE, sheet §6.4).
+pub const DWQE_OFFSET: u64 = 0x400;
+/// Size of the direct-WQE window: one SQ WQE.
+pub const DWQE_SIZE: u64 = 64;
 
 const _: () = assert!(<Doorbell as Layout>::SIZE == 8);
 const _: () = assert!(<CqDoorbell as Layout>::SIZE == 8);

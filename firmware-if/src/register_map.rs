@@ -124,6 +124,16 @@ pub fn render() -> String {
         doorbell::DB_OFFSET,
         doorbell::EQ_DB_OFFSET
     );
+    let _ = writeln!(
+        out,
+        "Direct WQE (cap `DIRECT_WQE`, trapped pages only): the {}-byte SQ WQE, with `FLAG` and \
+         `WQE_IDX` (= the new producer index) set in its first dword, written as 8-byte stores to \
+         {:#x}..{:#x} of the page, then the SQ doorbell with `FLAG` set; the device takes the WQE \
+         from the window instead of fetching it from the ring.\n",
+        doorbell::DWQE_SIZE,
+        doorbell::DWQE_OFFSET,
+        doorbell::DWQE_OFFSET + doorbell::DWQE_SIZE
+    );
     layout_section::<doorbell::Doorbell>(&mut out, "Queue doorbell (SQ, RQ, SRQ)", "");
     layout_section::<doorbell::CqDoorbell>(&mut out, "CQ doorbell (set CI, arm)", "");
     value_table(

@@ -188,7 +188,8 @@ impl Device {
             config_space,
             registers: ControlRegisters::default(),
             firmware: Firmware::new(&config),
-            doorbells: Doorbells::new(pages),
+            doorbells: Doorbells::new(pages)
+                .with_direct_wqe(config.caps.flags.contains(rnic_firmware_if::caps::CapFlags::DIRECT_WQE)),
             transport: Engine::new(
                 Transport::new(&config.caps),
                 TransportWiring {
@@ -655,11 +656,13 @@ impl Device {
                         qpn,
                         queue: WorkQueue::Send,
                         producer_index,
+                        ..
                     } => (DoorbellTarget::SendQueue, qpn, u64::from(producer_index)),
                     DoorbellRequest::QueuePair {
                         qpn,
                         queue: WorkQueue::Receive,
                         producer_index,
+                        ..
                     } => (DoorbellTarget::ReceiveQueue, qpn, u64::from(producer_index)),
                     DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => {
                         (DoorbellTarget::SharedReceiveQueue, srqn, u64::from(producer_index))
@@ -674,7 +677,8 @@ impl Device {
                 qpn,
                 queue,
                 producer_index,
-            } => self.qp_doorbell(qpn, queue, producer_index),
+                direct_wqe,
+            } => self.qp_doorbell(qpn, queue, producer_index, direct_wqe),
             DoorbellRequest::SharedReceiveQueue { srqn, producer_index } => self.srq_doorbell(srqn, producer_index),
             DoorbellRequest::CompletionQueue { cqn, word } => self.cq_doorbell(cqn, word),
             DoorbellRequest::EventQueue { word } => self.eq_doorbell(word),
@@ -912,8 +916,14 @@ impl Device {
     }
 
     /// An SQ or RQ doorbell: the QP block checks it; what it moved goes to the transport
-    /// (or, for a QP in ERR, is flushed).
-    pub(crate) fn qp_doorbell(&mut self, qpn: u32, queue: WorkQueue, producer_index: u16) {
+    /// (or, for a QP in ERR, is flushed). `direct_wqe`: the WQE an SQ doorbell carried.
+    pub(crate) fn qp_doorbell(
+        &mut self,
+        qpn: u32,
+        queue: WorkQueue,
+        producer_index: u16,
+        direct_wqe: Option<[u8; rnic_firmware_if::wqe::SQ_WQE_SIZE]>,
+    ) {
         match self
             .transport
             .io
@@ -924,7 +934,7 @@ impl Device {
             DoorbellOutcome::Flush { address, qpc } => {
                 self.transport.io.qps.flush(&mut qp_wiring!(self), qpn, address, qpc)
             }
-            DoorbellOutcome::SendQueue(producer_index) => self.transport.sq_doorbell(qpn, producer_index),
+            DoorbellOutcome::SendQueue(producer_index) => self.transport.sq_doorbell(qpn, producer_index, direct_wqe),
             DoorbellOutcome::ReceiveQueue(producer_index) => self.transport.rq_doorbell(qpn, producer_index),
         }
     }
@@ -1060,6 +1070,12 @@ impl Device {
     /// path does not allocate per packet.
     pub fn recycle_frame(&mut self, buffer: Vec<u8>) {
         self.transport.io.port.recycle_frame(buffer);
+    }
+
+    /// Bytes of per-QP transport state the model holds (every QP in RTR, RTS or ERR: its
+    /// runtime and the queues reserved for it), for the memory-per-QP figures.
+    pub fn qp_state_bytes(&self) -> usize {
+        self.transport.transport.qp_state_bytes()
     }
 
     /// What the transport counted.

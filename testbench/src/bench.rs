@@ -14,6 +14,7 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use rnic_firmware_if::caps::CapFlags;
 use rnic_hw_model::fabric::{CapturedFrame, FabricConfig, FabricStatistics, FaultPlan};
 use rnic_hw_model::time::Picoseconds;
 use rnic_hw_model::timing::{Stage, StageTotals, TimingParams};
@@ -166,6 +167,12 @@ pub struct BenchConfig {
     /// Record the frames and CQEs of both NICs ([`BenchReport::recording`];
     /// crate::recording, `rnic-bench --record FILE`). Virtual mode only.
     pub record: bool,
+    /// WRITEs and SENDs of at most this many bytes are posted inline (the QPs' max inline
+    /// data; perftest's `--inline_size`); 0: none (the default).
+    pub inline_size: u32,
+    /// Both NICs offer direct WQE (cap `DIRECT_WQE`), so a post of one WQE hands it over
+    /// with the doorbell instead of letting the NIC fetch it (hns HIP09 user QPs).
+    pub direct_wqe: bool,
 }
 
 impl Default for BenchConfig {
@@ -190,6 +197,8 @@ impl Default for BenchConfig {
             connection_manager: false,
             trace: false,
             record: false,
+            inline_size: 0,
+            direct_wqe: false,
         }
     }
 }
@@ -270,6 +279,9 @@ pub struct BenchReport {
     pub msg_rate_mpps: f64,
     /// Message latency (post to the requester's completion), µs: min, p50, p99, max.
     pub lat_us: [f64; 4],
+    /// SEND latency tests only: post to the receive completion at the responder, µs (min,
+    /// p50, p99, max) — one way, what `ib_send_lat`'s half round trip measures.
+    pub one_way_us: Option<[f64; 4]>,
     /// Per-stage timing totals of the requester NIC over the run.
     pub requester_stages: StageTotals,
     /// Per-stage timing totals of the responder NIC over the run.
@@ -336,13 +348,19 @@ impl BenchReport {
             (Some(gbps), Some(ratio)) => format!(",\"memcpy_gbps\":{gbps:.6},\"memcpy_ratio\":{ratio:.6}"),
             _ => String::new(),
         };
+        let one_way = match self.one_way_us {
+            Some([min, p50, p99, max]) => {
+                format!(",\"one_way_us\":{{\"min\":{min:.6},\"p50\":{p50:.6},\"p99\":{p99:.6},\"max\":{max:.6}}}")
+            }
+            None => String::new(),
+        };
         format!(
             "{{\"op\":\"{}\",\"size\":{},\"iters\":{},\"qps\":{},\"mtu\":{},\"messages_ok\":{},\"messages_failed\":{},\
              \"bytes_verified\":{},\"retransmissions\":{},\"frames\":{},\"frames_dropped\":{},\"frames_duplicated\":{},\
              \"frames_reordered\":{},\"frames_corrupted\":{},\"mode\":\"{}\",\"preset\":\"{}\",\"test\":\"{}\",\
              \"bw_gbps\":{:.6},\"bw_peak_gbps\":{:.6},\"msg_rate_mpps\":{:.6},\"lat_us\":{{\"min\":{:.6},\"p50\":{:.6},\
              \"p99\":{:.6},\"max\":{:.6}}},\"mtt_misses\":{},\"sim_time_ps\":{},\"wall_time_s\":{:.6},\"cm\":{},\
-             \"cm_mads\":{},\"messages_expected\":{}{}}}",
+             \"cm_mads\":{},\"messages_expected\":{}{}{}}}",
             self.operation,
             self.size,
             self.iterations,
@@ -373,6 +391,7 @@ impl BenchReport {
             self.connection_manager,
             self.cm_mads,
             self.messages_expected,
+            one_way,
             memcpy
         )
     }
@@ -381,6 +400,13 @@ impl BenchReport {
     pub fn to_table(&self) -> String {
         let mut out = self.table_header();
         out.push_str(&self.table_row());
+        if let Some([min, p50, p99, max]) = self.one_way_us {
+            let _ = writeln!(
+                out,
+                "# one way, post to receive completion (ib_send_lat's half round trip): \
+                 t_min {min:.3}, t_typical {p50:.3}, 99% {p99:.3}, t_max {max:.3} usec"
+            );
+        }
         out
     }
 
@@ -577,13 +603,15 @@ struct Side {
 }
 
 impl Side {
-    fn new(fabric: &EmbeddedFabric, mac: [u8; 6], timing: TimingParams) -> Result<Self, BenchError> {
+    fn new(fabric: &EmbeddedFabric, mac: [u8; 6], timing: TimingParams, direct_wqe: bool) -> Result<Self, BenchError> {
+        let mut device = DeviceConfig {
+            timing,
+            ..DeviceConfig::with_mac(mac)
+        };
+        device.caps.flags.set(CapFlags::DIRECT_WQE, direct_wqe);
         // Host-side accesses cost no virtual time: the timing model charges the doorbell.
         let device = fabric.add_nic_with_config(EmbeddedConfig {
-            device: DeviceConfig {
-                timing,
-                ..DeviceConfig::with_mac(mac)
-            },
+            device,
             mmio_cost: Picoseconds::ZERO,
             ..EmbeddedConfig::default()
         });
@@ -607,8 +635,9 @@ struct Pair {
     slot_size: usize,
     posted: u64,
     completed: u64,
-    /// Message numbers of posted SENDs whose receive has not completed, in order.
-    pending_receives: std::collections::VecDeque<u64>,
+    /// Message numbers of posted SENDs whose receive has not completed, in order, with
+    /// the instant the SEND was posted (on the run's clock).
+    pending_receives: std::collections::VecDeque<(u64, u64)>,
     /// Fetch-and-adds completed: the old value the next one must return.
     atomics_done: u64,
     /// Running digest of the payloads as the sender meant them.
@@ -633,13 +662,39 @@ struct Timings {
     /// Completion instant of each message, ps (virtual) or ns since the start (wall): the
     /// requester's completion, or for a SEND its receive completion (delivery).
     completions: Vec<u64>,
+    /// SENDs: post to receive completion, ps (virtual) or ns (wall).
+    one_way: Vec<u64>,
 }
 
 fn mtu_from_bytes(bytes: u32) -> Result<Mtu, BenchError> {
     Mtu::from_bytes(bytes).ok_or_else(|| BenchError::Config(format!("MTU {bytes}: one of 256, 512, 1024, 2048, 4096")))
 }
 
-fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu) -> Result<(), BenchError> {
+/// The local ACK timeout exponent (4.096 µs × 2^t) the QPs get. 8 (≈ 1 ms) is long
+/// against the fabric's microsecond round trip and short enough that a lost tail packet
+/// costs little virtual time. But when many QPs share the port, each waits its turn in
+/// the round robin: with every QP's window backlogged a QP sends one frame in
+/// `queue_pairs`, so its ACKs come further apart than 1 ms (1 024 QPs × 64 KiB: every
+/// 5–6 ms) and the timer would fire on a healthy, merely queued QP and retransmit, as
+/// happened (24 576 retransmitted frames in 188 416). With more than one QP the timeout
+/// covers twice the time the port needs to send every pair's window, as a user would
+/// configure it (perftest uses 14, ≈ 67 ms).
+fn ack_timeout(config: &BenchConfig, window: usize) -> u8 {
+    const BASE: u8 = 8;
+    if config.queue_pairs <= 1 {
+        return BASE;
+    }
+    let bits = config.queue_pairs as u128 * window as u128 * config.size.max(8) as u128 * 8;
+    // ps to drain every window at the link rate, doubled.
+    let drain_ps = 2 * bits * 1000 / u128::from(config.timing.link_gbps.max(1));
+    let mut exponent = BASE;
+    while exponent < 31 && 4_096_000u128 << exponent < drain_ps {
+        exponent += 1;
+    }
+    exponent
+}
+
+fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu, timeout: u8) -> Result<(), BenchError> {
     qp.connect_rc(&RcConnection {
         path_mtu: mtu,
         dest_qp_num: remote.qp_num(),
@@ -654,9 +709,8 @@ fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu) -> 
         max_dest_rd_atomic: 16,
         min_rnr_timer: 1,
         max_rd_atomic: 16,
-        // 4.096 µs × 2^8 ≈ 1 ms: long against the fabric's microsecond round trip,
-        // short enough that a lost tail packet costs little virtual time.
-        timeout: 8,
+        // 4.096 µs × 2^timeout: see `ack_timeout`.
+        timeout,
         retry_cnt: 7,
         rnr_retry: 7,
     })?;
@@ -731,8 +785,8 @@ pub fn run_with_progress(
         link_latency: config.link_latency,
     });
     fabric.set_capture(config.capture);
-    let requester = Side::new(&fabric, MAC_REQUESTER, config.timing)?;
-    let responder = Side::new(&fabric, MAC_RESPONDER, config.timing)?;
+    let requester = Side::new(&fabric, MAC_REQUESTER, config.timing, config.direct_wqe)?;
+    let responder = Side::new(&fabric, MAC_RESPONDER, config.timing, config.direct_wqe)?;
     let recorder = crate::recording::Recorder::default();
     if config.record {
         requester.device.with_device(|d| recorder.attach(d, "requester"));
@@ -747,6 +801,7 @@ pub fn run_with_progress(
         let slots = (MAX_SLOT_BYTES / slot_size).clamp(1, config.tx_depth);
         (slots, if config.latency_test { 1 } else { slots as u64 })
     };
+    let timeout = ack_timeout(config, window as usize);
     if config.cq_moderation > window {
         return Err(BenchError::Config(format!(
             "cq-mod {}: at most the {window} messages a pair keeps outstanding, or the window fills before a \
@@ -777,7 +832,7 @@ pub fn run_with_progress(
             max_recv_wr: depth,
             max_send_sge: 1,
             max_recv_sge: 1,
-            max_inline_data: 0,
+            max_inline_data: config.inline_size,
         };
         let requester_qp = requester.pd.create_qp(&QpInitAttributes {
             send_cq: &requester_cq,
@@ -796,8 +851,8 @@ pub fn run_with_progress(
             sq_sig_all: config.cq_moderation == 1,
         })?;
         if !config.connection_manager {
-            connect(&requester_qp, &responder_qp, &responder, mtu)?;
-            connect(&responder_qp, &requester_qp, &requester, mtu)?;
+            connect(&requester_qp, &responder_qp, &responder, mtu, timeout)?;
+            connect(&responder_qp, &requester_qp, &requester, mtu, timeout)?;
         }
         pairs.push(Pair {
             index,
@@ -892,6 +947,7 @@ pub fn run_with_progress(
     let mut timings = Timings {
         latencies: Vec::with_capacity(expected_messages.min(1 << 24) as usize),
         completions: Vec::with_capacity(expected_messages.min(1 << 24) as usize),
+        one_way: Vec::new(),
     };
     let clock = Clock {
         mode: config.mode,
@@ -1184,6 +1240,18 @@ fn summarise(
         to_us(quantile(&latencies, 0.99)),
         to_us(latencies[latencies.len() - 1]),
     ];
+    // Only a pure SEND latency test reports the one-way figure (what a ping-pong's half
+    // round trip measures); every other report is unchanged.
+    if config.latency_test && config.operation == Operation::Send && !timings.one_way.is_empty() {
+        let mut one_way = timings.one_way.clone();
+        one_way.sort_unstable();
+        report.one_way_us = Some([
+            to_us(one_way[0]),
+            to_us(quantile(&one_way, 0.5)),
+            to_us(quantile(&one_way, 0.99)),
+            to_us(one_way[one_way.len() - 1]),
+        ]);
+    }
 }
 
 fn transport_retransmissions(device: &EmbeddedDevice) -> u64 {
@@ -1249,9 +1317,12 @@ fn step(
                     sg_list: &[sge],
                 }])
                 .map_err(|e| BenchError::Post(e.to_string()))?;
-            pair.pending_receives.push_back(message);
         }
-        pair.posted_at.push_back(clock.now(clock.fabric.now()));
+        let posted = clock.now(clock.fabric.now());
+        if operation_of(config, pair.index, message) == Operation::Send {
+            pair.pending_receives.push_back((message, posted));
+        }
+        pair.posted_at.push_back(posted);
         post_one(config, pair, &mut buffer[..length])?;
         pair.posted += 1;
         progress = true;
@@ -1316,9 +1387,13 @@ fn step(
         // requester's completion instead left the last SEND of every run out: the run
         // ends at the last receive completion, before the ACK of the last SEND completes
         // it at the requester (docs/timing.md, "The SEND tail").
-        timings.completions.push(clock.now(clock.fabric.now()));
-        if pair.pending_receives.pop_front() != Some(message) {
-            failure(report, format!("pair {}: receive {message} out of order", pair.index));
+        let delivered = clock.now(clock.fabric.now());
+        timings.completions.push(delivered);
+        match pair.pending_receives.pop_front() {
+            Some((expected, posted)) if expected == message => {
+                timings.one_way.push(delivered.saturating_sub(posted));
+            }
+            _ => failure(report, format!("pair {}: receive {message} out of order", pair.index)),
         }
         if wc.status != WcStatus::Success || wc.byte_len as usize != size {
             failure(
@@ -1488,6 +1563,7 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
         },
         ..SendWorkRequest::default()
     };
+    let inline = size as u64 <= u64::from(config.inline_size);
     // The pattern names the message so that a check can tell messages apart. When
     // nothing is checked or captured, nobody can see which message's bytes a slot holds,
     // so, as perftest does, a slot is filled once, before the measurement
@@ -1501,6 +1577,9 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
                 pair.requester_mr.write(offset, buffer)?;
             }
             request.rdma = remote;
+            if inline {
+                request.send_flags |= SendFlags::INLINE;
+            }
         }
         Operation::Send => {
             if fill {
@@ -1508,6 +1587,9 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
                 pair.requester_mr.write(offset, buffer)?;
             }
             request.opcode = WrOpcode::Send;
+            if inline {
+                request.send_flags |= SendFlags::INLINE;
+            }
         }
         Operation::Read => {
             if fill {

@@ -2,7 +2,7 @@
 //! time, from documented parameters (see `docs/timing.md`).
 //!
 //! [`TimingParams`] holds the parameters (units in their names and docs), loaded from a
-//! named preset ([`TimingParams::preset`]: `hns-25g`, `hns-100g`, `ideal`) and overridden
+//! named preset ([`TimingParams::preset`]: `hns-25g`, `hns-100g`, `hns-100g-b2b`, `ideal`) and overridden
 //! from TOML ([`TimingParams::from_toml`], [`TimingParams::set`]). [`TimingModel`] turns
 //! them into costs (PCIe transfer times with TLP overheads, serialisation with every
 //! per-frame overhead) and keeps the model's state: the MTT translation cache and the
@@ -83,13 +83,13 @@ pub struct TimingParams {
 }
 
 /// The preset names [`TimingParams::preset`] knows.
-pub const PRESETS: [&str; 3] = ["hns-25g", "hns-100g", "ideal"];
+pub const PRESETS: [&str; 4] = ["hns-25g", "hns-100g", "hns-100g-b2b", "ideal"];
 
 /// Why a timing configuration was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TimingError {
     /// No preset of that name.
-    #[error("unknown timing preset {0:?}: hns-25g, hns-100g or ideal")]
+    #[error("unknown timing preset {0:?}: hns-25g, hns-100g, hns-100g-b2b or ideal")]
     UnknownPreset(String),
     /// The TOML did not parse or named an unknown parameter.
     #[error("timing parameters: {0}")]
@@ -144,6 +144,20 @@ impl TimingParams {
         p
     }
 
+    /// Two 100 Gb/s NICs cabled back to back, fitted to a public `ib_send_lat`
+    /// measurement of such a pair (docs/timing.md, "The back-to-back preset"): a cable and
+    /// two PHYs instead of a switch, a faster host read round trip and shorter pipelines
+    /// than `hns-100g`'s deliberately padded ones. Used with inline data and direct WQE
+    /// (`rnic-bench --inline-size 188 --direct-wqe`), as that measurement was.
+    pub const fn hns_100g_b2b() -> Self {
+        let mut p = Self::hns_100g();
+        p.propagation_ps = 150_000;
+        p.pcie_read_latency_ps = 550_000;
+        p.tx_pipeline_cycles = 50;
+        p.rx_pipeline_cycles = 50;
+        p
+    }
+
     /// Zero device latency: infinitely fast PCIe and pipeline, caches that always hit for
     /// free; only the wire (serialisation at 100 Gb/s with its overheads) and the control
     /// path's firmware times remain.
@@ -165,6 +179,7 @@ impl TimingParams {
         match name {
             "hns-100g" => Ok(Self::hns_100g()),
             "hns-25g" => Ok(Self::hns_25g()),
+            "hns-100g-b2b" => Ok(Self::hns_100g_b2b()),
             "ideal" => Ok(Self::ideal()),
             other => Err(TimingError::UnknownPreset(other.into())),
         }

@@ -380,6 +380,9 @@ impl<I: Io> Engine<I> {
                         .map_err(|e| TransferError::List(e.to_string()))?;
                     position += run;
                 }
+                // Inline bytes beyond the WQE are host memory: a payload read, like a
+                // gather (only the 32 bytes in the WQE come with the WQE).
+                self.io.timing().frame.read_bytes += out.len() as u64;
                 Ok(())
             }
         }

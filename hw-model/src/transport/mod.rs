@@ -54,6 +54,7 @@ use rnic_firmware_if::bits::Layout;
 use rnic_firmware_if::context::{QpState, Qpc, ServiceType};
 use rnic_firmware_if::cqe::{Cqe, CqeStatus, RecvOpcode};
 use rnic_firmware_if::event::AsyncEventType;
+use rnic_firmware_if::wqe::{RcSqWqe, SQ_WQE_SIZE};
 
 use crate::cq::CqError;
 use crate::diagnostics::Source;
@@ -358,6 +359,25 @@ impl Transport {
     /// What the transport counted.
     pub fn counters(&self) -> TransportCounters {
         self.counters
+    }
+
+    /// Bytes the per-QP transport state holds: each QP's boxed runtime with the capacity
+    /// of its queues, and its map entry (key and box; the tree's node overhead not
+    /// counted). For the memory-per-QP figures (docs/benchmarks.md).
+    pub fn qp_state_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.qps
+            .values()
+            .map(|runtime| {
+                size_of::<u32>()
+                    + size_of::<Box<QpRuntime>>()
+                    + size_of::<QpRuntime>()
+                    + runtime.requester.window.capacity() * size_of::<SendWqe>()
+                    + runtime.requester.direct.as_ref().map_or(0, |d| size_of_val(&**d))
+                    + runtime.responder.pending.capacity() * size_of::<Response>()
+                    + runtime.responder.replay.capacity() * size_of::<qp_runtime::ReplayEntry>()
+            })
+            .sum()
     }
 
     /// A fresh timer generation.
@@ -858,14 +878,34 @@ impl<I: Io> Engine<I> {
         }
     }
 
-    /// An SQ doorbell moved QP `qpn`'s producer index (QP in RTS).
-    pub(crate) fn sq_doorbell(&mut self, qpn: u32, producer_index: u16) {
+    /// An SQ doorbell moved QP `qpn`'s producer index (QP in RTS). A direct-WQE doorbell
+    /// carries the WQE before the producer index: the requester takes it from here instead
+    /// of fetching it, and the doorbell costs the 64-byte write on the link as well.
+    pub(crate) fn sq_doorbell(&mut self, qpn: u32, producer_index: u16, direct_wqe: Option<[u8; SQ_WQE_SIZE]>) {
         let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
             return;
         };
         runtime.requester.producer = producer_index;
         runtime.requester.stalled = false;
-        let delay = Picoseconds(self.io.timing().params().doorbell_ps);
+        let params = self.io.timing().params();
+        let mut delay = Picoseconds(params.doorbell_ps);
+        if let Some(bytes) = direct_wqe {
+            delay = delay + params.pcie_write_transfer(SQ_WQE_SIZE as u64);
+            let index = producer_index.wrapping_sub(1);
+            let stated = RcSqWqe(bytes).direct_wqe_index();
+            if stated == producer_index {
+                runtime.requester.direct = Some(Box::new((index, bytes)));
+            } else {
+                runtime.requester.direct = None;
+                self.diagnose(
+                    Source::Transport,
+                    format!("QP {qpn:#x} direct WQE"),
+                    "WQE_IDX",
+                    u64::from(stated),
+                    format!("the doorbell's producer index {producer_index} (the WQE is fetched from the ring)"),
+                );
+            }
+        }
         self.io.timing().frame.qpn = qpn;
         self.io.timing().record(Stage::Doorbell, delay);
         self.kick_qp(qpn, delay);

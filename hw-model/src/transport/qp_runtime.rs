@@ -224,6 +224,9 @@ pub(crate) struct Requester {
     pub send_window: i32,
     /// Local ACK timeouts in a row without progress (the timer's backoff).
     pub timeouts_in_row: u32,
+    /// The WQE the last direct-WQE doorbell carried and its SQ index: fetched from here,
+    /// not from the ring (boxed: most QPs never hold one).
+    pub direct: Option<Box<(u16, [u8; rnic_firmware_if::wqe::SQ_WQE_SIZE])>>,
 }
 
 impl Requester {
@@ -233,7 +236,11 @@ impl Requester {
             una_psn: qpc.sq_current_psn() & PSN_MASK,
             producer: qpc.sq_producer_index(),
             fetched: qpc.sq_consumer_index(),
-            window: VecDeque::with_capacity(MAX_WINDOW_WQES),
+            // Grown on demand (to MAX_WINDOW_WQES at most) rather than reserved: a
+            // reserved window was ≈ 32 KiB per QP, most of the model's memory per QP
+            // with thousands of QPs (docs/benchmarks.md, "Memory per QP"). Growth
+            // happens while a QP warms up; a warm data path still allocates nothing.
+            window: VecDeque::new(),
             cursor_slot: 0,
             cursor_packet: 0,
             reads_outstanding: 0,
@@ -250,6 +257,7 @@ impl Requester {
             retry_pending: false,
             send_window: MAX_UNACKED_PSNS,
             timeouts_in_row: 0,
+            direct: None,
         }
     }
 
@@ -290,6 +298,7 @@ impl Requester {
         self.retry_pending = false;
         self.send_window = MAX_UNACKED_PSNS;
         self.timeouts_in_row = 0;
+        self.direct = None;
     }
 
     /// The local ACK timeout with the backoff of `timeouts_in_row` applied.
@@ -431,8 +440,9 @@ impl Responder {
             rq_producer: qpc.rq_producer_index(),
             rq_consumer: qpc.rq_consumer_index(),
             inbound: Inbound::IDLE,
-            pending: VecDeque::with_capacity(2 * resources + PENDING_SLACK),
-            replay: VecDeque::with_capacity(resources),
+            // Grown on demand, as the requester's window.
+            pending: VecDeque::new(),
+            replay: VecDeque::new(),
             since_ack: 0,
             pending_limit: 2 * resources + PENDING_SLACK,
         }

@@ -13,6 +13,7 @@ use rnic_firmware_if::cqe::CqeStatus;
 use rnic_firmware_if::wqe::{RcSqWqe, Sge, SqOpcode, UdSqWqe, MAX_INLINE_IN_WQE, SGE_SIZE, SQ_WQE_SIZE};
 
 use crate::diagnostics::Source;
+use crate::time::Picoseconds;
 
 use super::dma::{ExtRing, InlineData, SgeCursor, SgeList};
 use super::qp_runtime::{ClaimedRecv, QpConfig};
@@ -142,17 +143,37 @@ impl<I: Io> Engine<I> {
         let Some(buffer) = config.buffer else {
             return Err(FetchError::Unreachable("the QPC names no WQE buffer".into()));
         };
-        let mut raw = [0u8; SQ_WQE_SIZE];
-        self.read_buffer(&buffer.mtr, buffer.sq_wqe_offset(u32::from(index)), &mut raw)
-            .map_err(|e| FetchError::Unreachable(e.to_string()))?;
-        // Timing: the QPC (context cache), then one PCIe read round trip for the WQE.
+        // A WQE the last direct-WQE doorbell carried is in the device already.
+        let direct = self
+            .transport
+            .qps
+            .get_mut(&config.qpn)
+            .and_then(|runtime| runtime.requester.direct.take_if(|direct| direct.0 == index));
+        let from_doorbell = direct.is_some();
+        let raw = match direct {
+            Some(direct) => direct.1,
+            None => {
+                let mut raw = [0u8; SQ_WQE_SIZE];
+                self.read_buffer(&buffer.mtr, buffer.sq_wqe_offset(u32::from(index)), &mut raw)
+                    .map_err(|e| FetchError::Unreachable(e.to_string()))?;
+                raw
+            }
+        };
+        // Timing: the QPC (context cache), then, unless it came with the doorbell, one
+        // PCIe read round trip for the WQE.
         let context = self.io.timing().context_lookup(config.qpn);
         let params = *self.io.timing().params();
-        let fetch = params.wqe_fetch();
-        self.io.timing().record(crate::timing::Stage::WqeFetch, fetch);
+        let frame_latency = if from_doorbell {
+            Picoseconds::ZERO
+        } else {
+            let fetch = params.wqe_fetch();
+            self.io.timing().record(crate::timing::Stage::WqeFetch, fetch);
+            let frame = &mut self.io.timing().frame;
+            frame.read_link = frame.read_link + params.pcie_read_transfer(params.wqe_bytes);
+            fetch
+        };
         let frame = &mut self.io.timing().frame;
-        frame.latency = frame.latency + context + fetch;
-        frame.read_link = frame.read_link + params.pcie_read_transfer(params.wqe_bytes);
+        frame.latency = frame.latency + context + frame_latency;
         let ring = (config.sge_slots > 0).then(|| ExtRing {
             mtr: buffer.mtr,
             offset: buffer.region_offsets[1],

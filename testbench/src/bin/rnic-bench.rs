@@ -81,7 +81,16 @@ struct Arguments {
     /// --pcap.
     #[arg(long)]
     single_buffer: bool,
-    /// Timing preset: hns-100g, hns-25g or ideal (see docs/timing.md) [default: hns-100g].
+    /// WRITEs and SENDs of at most N bytes are posted inline, in the WQE (perftest
+    /// --inline_size; ib_send_lat's default is 188 on hns-class NICs) [default: 0, none].
+    #[arg(long, default_value_t = 0)]
+    inline_size: u32,
+    /// Both NICs offer direct WQE: a post of one WQE hands it to the NIC with the doorbell,
+    /// so there is no WQE fetch (hns HIP09).
+    #[arg(long)]
+    direct_wqe: bool,
+    /// Timing preset: hns-100g, hns-25g, hns-100g-b2b or ideal (see docs/timing.md)
+    /// [default: hns-100g].
     #[arg(long)]
     preset: Option<String>,
     /// TOML file of timing parameters (`preset = "..."` and overrides); replaces --preset.
@@ -255,6 +264,8 @@ fn main() -> ExitCode {
         connection_manager: arguments.cm,
         trace: !arguments.trace.is_empty(),
         record: arguments.record.is_some() || arguments.replay.is_some(),
+        inline_size: arguments.inline_size,
+        direct_wqe: arguments.direct_wqe,
     };
     if arguments.operation.is_none() {
         if arguments.device.is_some() {
@@ -457,6 +468,8 @@ fn timing_only_flags(arguments: &Arguments) -> Option<String> {
         ("--tx-depth", arguments.tx_depth != bench::WINDOW),
         ("--cq-mod", arguments.cq_mod != 1),
         ("--single-buffer", arguments.single_buffer),
+        ("--inline-size", arguments.inline_size != 0),
+        ("--direct-wqe", arguments.direct_wqe),
     ]
     .into_iter()
     .filter_map(|(flag, given)| given.then_some(flag))

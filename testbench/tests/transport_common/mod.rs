@@ -127,7 +127,10 @@ pub fn gid(n: u8, ipv6: bool) -> [u8; 16] {
 
 /// A NIC with tables, an AEQ and GID 0 configured.
 pub fn nic(n: u8, ipv6: bool) -> RegisterHarness {
-    let mut h = RegisterHarness::with_config(DeviceConfig::with_mac(mac(n)));
+    let mut config = DeviceConfig::with_mac(mac(n));
+    // Offered so that tests can push WQEs with the doorbell (no test does unless it means to).
+    config.caps.flags |= rnic_firmware_if::caps::CapFlags::DIRECT_WQE;
+    let mut h = RegisterHarness::with_config(config);
     h.configure_tables();
     h.create_aeq();
     h.set_gid(0, gid(n, ipv6));

@@ -21,6 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rnic_firmware_if::bits::Layout;
+use rnic_firmware_if::caps::CapFlags;
 use rnic_firmware_if::wqe::{
     sq_owner_bit, RcSqWqe, Sge as WqeSge, SqOpcode, UdSqWqe, MAX_INLINE_IN_WQE, SGES_IN_RC_WQE, SGE_SIZE,
     SQ_WQE_HEADER_SIZE, SQ_WQE_SIZE,
@@ -146,7 +147,7 @@ impl QpInner {
         index: u32,
         wr: &SendWorkRequest<'_>,
         context: SendContext,
-    ) -> Result<u8, PostErrorKind> {
+    ) -> Result<(u8, [u8; SQ_WQE_SIZE]), PostErrorKind> {
         let qp_type = self.qp_type;
         let opcode = wr.opcode;
         let cap = self.cap();
@@ -333,7 +334,7 @@ impl QpInner {
             .map_err(|_| PostErrorKind::Destroyed)?;
         sq.wrid[slot as usize] = wr.wr_id;
         sq.next_sge = next_sge;
-        Ok(service_level)
+        Ok((service_level, bytes))
     }
 }
 
@@ -396,6 +397,7 @@ impl QueuePair {
         let mut result = Ok(());
         let mut posted = 0u32;
         let mut service_level = None;
+        let mut last_wqe = [0u8; SQ_WQE_SIZE];
         for wr in wrs {
             if sq.head.wrapping_sub(sq.tail).wrapping_add(posted) >= depth {
                 result = Err(bad(posted as usize, PostErrorKind::QueueFull));
@@ -403,7 +405,10 @@ impl QueuePair {
             }
             let index = sq.head.wrapping_add(posted);
             match inner.write_send_wqe(&mut sq, index, wr, context) {
-                Ok(sl) => service_level = Some(sl),
+                Ok((sl, wqe)) => {
+                    service_level = Some(sl);
+                    last_wqe = wqe;
+                }
                 Err(error) => {
                     result = Err(bad(posted as usize, error));
                     break;
@@ -414,7 +419,13 @@ impl QueuePair {
         if let Some(service_level) = service_level {
             sq.head = sq.head.wrapping_add(posted);
             // The device masks the 16-bit PI with the depth; a QP in ERR flushes on it.
-            inner.ring_sq_doorbell(sq.head as u16, service_level);
+            // One WQE on a device with direct WQE: it goes with the doorbell (§6.4), so
+            // the device need not fetch it.
+            if posted == 1 && inner.pd.context.info.caps.flags.contains(CapFlags::DIRECT_WQE) {
+                inner.ring_sq_direct_wqe(last_wqe, sq.head as u16, service_level);
+            } else {
+                inner.ring_sq_doorbell(sq.head as u16, service_level);
+            }
         }
         result
     }

@@ -16,10 +16,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rnic_firmware_if::bits::{Field, Layout};
 use rnic_firmware_if::context::{Mtu, QpState as HardwareQpState, Qpc, ServiceType, GSI_QKEY, GSI_QPN, QPC_SIZE};
-use rnic_firmware_if::doorbell::{Doorbell, DB_OFFSET};
+use rnic_firmware_if::doorbell::{Doorbell, DB_OFFSET, DWQE_OFFSET};
 use rnic_firmware_if::mailbox::{ContextTable, MailboxOpcode};
 use rnic_firmware_if::mtr::{MtrRegion, QpBufferLayout, MIN_PAGE_SHIFT};
 use rnic_firmware_if::regs;
+use rnic_firmware_if::wqe::RcSqWqe;
 
 use super::ah::AhAttributes;
 use super::context::{check_port, Gid};
@@ -1530,6 +1531,31 @@ impl QpInner {
             .context
             .access
             .mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
+    }
+
+    /// Direct WQE (hns §6.4, in rnic's form: docs/hw-interface.md): the SQ WQE just
+    /// written to the ring, with `FLAG` and `WQE_IDX` = the new producer index (and the SL
+    /// bits) in its first dword, as eight 8-byte stores to the doorbell page's window,
+    /// then the SQ doorbell with `FLAG` set.
+    pub(crate) fn ring_sq_direct_wqe(
+        &self,
+        wqe: [u8; rnic_firmware_if::wqe::SQ_WQE_SIZE],
+        producer_index: u16,
+        service_level: u8,
+    ) {
+        let mut wqe = RcSqWqe(wqe);
+        wqe.set_direct_flag(true);
+        wqe.set_direct_wqe_index(producer_index);
+        wqe.set_direct_sl_low(service_level & 0x3);
+        wqe.set_direct_sl_high(service_level >> 2);
+        let access = &self.pd.context.access;
+        for (n, word) in wqe.0.chunks_exact(8).enumerate() {
+            let value = u64::from_le_bytes(word.try_into().expect("8-byte chunks"));
+            access.mmio_write64(regs::DOORBELL_BAR, DWQE_OFFSET + 8 * n as u64, value);
+        }
+        let mut doorbell = Doorbell::sq(self.qpn, producer_index, service_level);
+        doorbell.set_flag(true);
+        access.mmio_write64(regs::DOORBELL_BAR, DB_OFFSET, doorbell.as_u64());
     }
 
     /// RQ doorbell (hns §6.1: `TAG = QPN, CMD = 1, PI = head`; no RQ record doorbell).
