@@ -1234,12 +1234,16 @@ fn summarise(
     let mut latencies = timings.latencies.clone();
     latencies.sort_unstable();
     let to_us = |v: u64| v as f64 / per_second * 1e6;
-    report.lat_us = [
-        to_us(latencies[0]),
-        to_us(quantile(&latencies, 0.5)),
-        to_us(quantile(&latencies, 0.99)),
-        to_us(latencies[latencies.len() - 1]),
-    ];
+    // A run whose requester completions were all polled after the measured span (a short
+    // SEND run) has message rates but no latency samples: its latencies stay 0.
+    if let (Some(&first), Some(&last)) = (latencies.first(), latencies.last()) {
+        report.lat_us = [
+            to_us(first),
+            to_us(quantile(&latencies, 0.5)),
+            to_us(quantile(&latencies, 0.99)),
+            to_us(last),
+        ];
+    }
     // Only a pure SEND latency test reports the one-way figure (what a ping-pong's half
     // round trip measures); every other report is unchanged.
     if config.latency_test && config.operation == Operation::Send && !timings.one_way.is_empty() {
