@@ -108,7 +108,9 @@ impl Kind {
             Kind::Cq => &["CQ_ST", "CQ_PRODUCER_IDX", "CQ_CONSUMER_IDX", "ARM_ST", "CMD_SN"],
             Kind::Srq => &["SRQ_ST", "PRODUCER_IDX", "CONSUMER_IDX", "LIMIT_WL"],
             Kind::Mpt => &["MPT_ST"],
-            Kind::Ceq | Kind::Aeq => &["EQ_ST", "EQ_PROD_INDX", "EQ_CONS_INDX", "ARM_ST"],
+            // EQE_CNT: QUERY reports the events waiting for coalescing (hardware state,
+            // docs/hw-interface.md), which moves as events arrive and interrupts fire.
+            Kind::Ceq | Kind::Aeq => &["EQ_ST", "EQ_PROD_INDX", "EQ_CONS_INDX", "ARM_ST", "EQE_CNT"],
         }
     }
 
