@@ -131,6 +131,12 @@ pub trait PendingConnect: Send {
     fn poll(&mut self, qp: &QueuePair) -> Option<ConnectResult>;
 }
 
+/// Longest wait for the peer to acknowledge a disconnect, ns: long enough for the CM to
+/// send a lost DREQ again. An initiator that leaves (or whose process exits) before the
+/// target heard of it leaves a connection there that refuses the next one from the same
+/// QP number as stale.
+pub const DISCONNECT_WAIT_NS: u64 = 5_000_000_000;
+
 /// An established connection (either end).
 pub trait Connection: Send {
     /// Whether the peer disconnected (a DREQ arrived) or the connection broke.

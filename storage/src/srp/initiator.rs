@@ -31,6 +31,7 @@ use super::wire::login::{
     LoginRejReason, LoginRejRepr, LoginReqRepr, LoginRspRepr, PortId, IMMEDIATE_REQUESTED, MULTICHANNEL_MULTI,
 };
 use super::wire::{buffer_format, TaskManagementFunction};
+use crate::rdma::connection::DISCONNECT_WAIT_NS;
 use crate::rdma::{
     BufferPool, ConnectParams, Connection, ConnectionError, Connector, DataBuffer, Reactor, ServiceAddress, SlotRegion,
 };
@@ -1061,8 +1062,19 @@ impl Initiator {
 
     /// Logs out the way Linux does: a disconnect (no SRP_I_LOGOUT).
     pub fn logout(mut self) {
-        self.connection.disconnect(&self.qp);
+        self.disconnect_and_wait();
         self.lost = Some("logged out".into());
+    }
+
+    /// Disconnects and lets the target acknowledge it (the CM's DREP) before the QP, and
+    /// perhaps the process, goes: a target that never heard of the disconnect refuses
+    /// the next login from the same QP number as a stale connection.
+    fn disconnect_and_wait(&mut self) {
+        self.connection.disconnect(&self.qp);
+        let deadline = self.now() + DISCONNECT_WAIT_NS;
+        while self.now() < deadline && !self.connection.disconnect_acknowledged() {
+            self.reactor.idle(false);
+        }
     }
 
     /// Logs out with SRP_I_LOGOUT first, then disconnects.
@@ -1080,7 +1092,7 @@ impl Initiator {
             let n = self.poll(&mut done).unwrap_or(0);
             self.reactor.idle(n > 0);
         }
-        self.connection.disconnect(&self.qp);
+        self.disconnect_and_wait();
         self.lost = Some("logged out".into());
         Ok(())
     }
@@ -1089,7 +1101,7 @@ impl Initiator {
 impl Drop for Initiator {
     fn drop(&mut self) {
         if self.lost.is_none() && !self.connection.is_disconnected() {
-            self.connection.disconnect(&self.qp);
+            self.disconnect_and_wait();
         }
     }
 }

@@ -34,15 +34,13 @@ use crate::nvmeof::wire::properties::{offset, Cap, Cc, Csts, Shutdown, ShutdownS
 use crate::nvmeof::wire::sgl::SglRepr;
 use crate::nvmeof::wire::sqe::SQE_LEN;
 use crate::nvmeof::wire::status::Status;
+use crate::rdma::connection::DISCONNECT_WAIT_NS;
 use crate::rdma::{BufferPool, ConnectParams, ConnectionError, Connector, DataBuffer, Reactor, ServiceAddress};
 
 use queue::{HostBuffer, HostQueue, Outstanding, Owner};
 
 pub use crate::nvmeof::target::DISCOVERY_NQN;
 
-/// Longest wait for the target to acknowledge a disconnect, ns: long enough for the CM
-/// to send a lost DREQ again.
-const DISCONNECT_WAIT_NS: u64 = 5_000_000_000;
 /// New attempts at a queue refused as a stale connection, or whose connection got no
 /// answer within `connect_timeout_ns` (a lost REQ or REP: the CM would repeat it only
 /// after its response timeout, about 4 s, past Linux's 3 s budget that we keep).
