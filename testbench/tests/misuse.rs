@@ -132,6 +132,28 @@ fn a_producer_index_beyond_the_ring_is_ignored_and_flagged_as_abnormal() {
 }
 
 #[test]
+fn a_ring_given_a_new_depth_starts_over_at_slot_zero() {
+    let mut h = RegisterHarness::new();
+    // The indices of a 64-descriptor ring, near its end.
+    let deep = RING_DEPTH - 14;
+    h.write_register(regs::CSQ_CONSUMER_INDEX, deep);
+    assert_eq!(h.read_register(regs::CSQ_PRODUCER_INDEX), deep);
+    // The driver shrinks the ring to 8 descriptors: 50 is no slot of it.
+    h.write_register(regs::CSQ_DEPTH, 1);
+    assert_eq!(h.read_register(regs::CSQ_PRODUCER_INDEX), 0, "PI starts over");
+    assert_eq!(h.read_register(regs::CSQ_CONSUMER_INDEX), 0, "CI starts over");
+    // Three descriptors posted on the small ring are consumed (whatever they hold).
+    h.write_register(regs::CSQ_PRODUCER_INDEX, 3);
+    h.settle();
+    assert_eq!(h.read_register(regs::CSQ_CONSUMER_INDEX), 3);
+    // Back to the harness's ring, at the harness's own producer index.
+    h.write_register(regs::CSQ_DEPTH, RING_DEPTH / 8);
+    let producer = h.producer_index();
+    h.write_register(regs::CSQ_CONSUMER_INDEX, producer);
+    assert_command_queue_works(&mut h);
+}
+
+#[test]
 fn a_ring_in_unmapped_memory_marks_the_function_fatal_until_reset() {
     let mut h = RegisterHarness::new();
     h.write_register(regs::CSQ_BASE_LOW, UNMAPPED as u32);

@@ -58,6 +58,11 @@ impl Firmware {
                 } else {
                     self.cmdq.depth_register = value;
                 }
+                // A ring of a new size starts over at slot 0, as hns's driver writes both
+                // indices 0 after the depth: indices kept from a deeper ring would point
+                // past the end of this one.
+                self.cmdq.producer_index = 0;
+                self.cmdq.consumer_index = 0;
             }
             regs::CSQ_CONSUMER_INDEX => {
                 if busy {
