@@ -852,9 +852,13 @@ impl Core {
             }
             _ => return Err(self.invalid(key, "listen")),
         }
-        self.entry_mut(key)?.state = IdState::Listen {
+        let entry = self.entry_mut(key)?;
+        entry.state = IdState::Listen {
             backlog: if backlog == 0 { u32::MAX } else { backlog },
         };
+        // Nothing outside the process shows that an id listens (no socket of its own);
+        // this line does, for whoever starts a client only once its server listens.
+        tracing::info!(target: "rnic::cm::listen", source = ?entry.source, "listening");
         Ok(())
     }
 

@@ -16,10 +16,12 @@ fn run(program: &str, server: &[&str], client: &[&str], pair: u8) -> Pair {
     let (server_args, client_args) = (fill(server), fill(client));
     let server_args: Vec<&str> = server_args.iter().map(String::as_str).collect();
     let client_args: Vec<&str> = client_args.iter().map(String::as_str).collect();
-    let server = spawn_group(program, &server_args, &server_ip);
-    // The server listens through the connection manager, which shows nowhere outside
-    // the process; give it time to start on a loaded host.
-    std::thread::sleep(Duration::from_secs(2));
+    let server = spawn_group_logging_listen(program, &server_args, &server_ip);
+    // A client whose REQ comes before the server listens is rejected, and the programs
+    // do not retry: start it once the server's connection manager says it listens (a
+    // loaded host can take seconds to bring the server's device up). A server that never
+    // listens is the test's failure to report, after the client has tried.
+    server.wait_for_stderr(LISTENING, Duration::from_secs(30));
     let client = spawn_group(program, &client_args, &client_ip);
     let client_pid = client.id();
     let client = client.wait(Duration::from_secs(90));
@@ -35,6 +37,21 @@ fn spawn_group(program: &str, args: &[&str], ip: &str) -> Running {
     use std::os::unix::process::CommandExt;
     Running::new(
         command(program, args, &format!("udp:{ip}"))
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {program}: {e}")),
+    )
+}
+
+/// What our librdmacm logs (target `rnic::cm::listen`) when an id starts listening.
+const LISTENING: &str = "rnic::cm::listen";
+
+/// [`spawn_group`] with the connection manager's listen line on stderr.
+fn spawn_group_logging_listen(program: &str, args: &[&str], ip: &str) -> Running {
+    use std::os::unix::process::CommandExt;
+    Running::new(
+        command(program, args, &format!("udp:{ip}"))
+            .env("RNIC_LOG", "warn,rnic::cm::listen=info")
             .process_group(0)
             .spawn()
             .unwrap_or_else(|e| panic!("start {program}: {e}")),
@@ -115,8 +132,8 @@ fn rdma_server_and_rdma_client_use_the_synchronous_endpoint_api() {
         return;
     }
     let _turn = common::take_turn();
-    let server = spawn_group("rdma_server", &["-s", "127.0.4.9", "-p", "19503"], "127.0.4.9");
-    std::thread::sleep(Duration::from_secs(2));
+    let server = spawn_group_logging_listen("rdma_server", &["-s", "127.0.4.9", "-p", "19503"], "127.0.4.9");
+    server.wait_for_stderr(LISTENING, Duration::from_secs(30));
     let client = spawn_group("rdma_client", &["-s", "127.0.4.9", "-p", "19503"], "127.0.4.10");
     let client = client.wait(Duration::from_secs(60));
     let server = server.wait(Duration::from_secs(15));

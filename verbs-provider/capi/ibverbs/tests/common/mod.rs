@@ -100,24 +100,53 @@ pub struct Running {
     child: Child,
     stdout: std::thread::JoinHandle<Vec<u8>>,
     stderr: std::thread::JoinHandle<Vec<u8>>,
+    /// What the program wrote on stderr so far.
+    stderr_so_far: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 }
 
 impl Running {
     /// Starts reading `child`'s output.
     pub fn new(mut child: Child) -> Self {
         use std::io::Read;
-        fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        use std::sync::{Arc, Mutex};
+        fn drain(
+            pipe: Option<impl Read + Send + 'static>,
+            so_far: Arc<Mutex<Vec<u8>>>,
+        ) -> std::thread::JoinHandle<Vec<u8>> {
             std::thread::spawn(move || {
-                let mut bytes = Vec::new();
                 if let Some(mut pipe) = pipe {
-                    let _ = pipe.read_to_end(&mut bytes);
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(length @ 1..) = pipe.read(&mut chunk) {
+                        so_far.lock().expect("output lock").extend_from_slice(&chunk[..length]);
+                    }
                 }
-                bytes
+                std::mem::take(&mut *so_far.lock().expect("output lock"))
             })
         }
-        let stdout = drain(child.stdout.take());
-        let stderr = drain(child.stderr.take());
-        Self { child, stdout, stderr }
+        let stderr_so_far = Arc::new(Mutex::new(Vec::new()));
+        let stdout = drain(child.stdout.take(), Arc::new(Mutex::new(Vec::new())));
+        let stderr = drain(child.stderr.take(), stderr_so_far.clone());
+        Self {
+            child,
+            stdout,
+            stderr,
+            stderr_so_far,
+        }
+    }
+
+    /// Waits at most `limit` until the program has written `text` on stderr; whether it
+    /// did.
+    pub fn wait_for_stderr(&self, text: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            let so_far = self.stderr_so_far.lock().expect("output lock");
+            if String::from_utf8_lossy(&so_far).contains(text) {
+                return true;
+            }
+            drop(so_far);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
     }
 
     /// The process id.
