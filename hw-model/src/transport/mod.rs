@@ -48,6 +48,8 @@ pub(crate) mod wqe_fetch;
 #[cfg(test)]
 mod tests;
 
+pub use qp_runtime::ACK_REQUEST_INTERVAL;
+
 use std::collections::{BTreeMap, VecDeque};
 
 use rnic_firmware_if::bits::Layout;
