@@ -18,6 +18,7 @@ use rnic_firmware_if::caps::CapFlags;
 use rnic_hw_model::fabric::{CapturedFrame, FabricConfig, FabricStatistics, FaultPlan};
 use rnic_hw_model::time::Picoseconds;
 use rnic_hw_model::timing::{Stage, StageTotals, TimingParams};
+use rnic_hw_model::transport::ACK_REQUEST_INTERVAL;
 use rnic_hw_model::DeviceConfig;
 use rnic_verbs::backend::{EmbeddedConfig, EmbeddedDevice, EmbeddedFabric};
 use rnic_verbs::{
@@ -670,28 +671,53 @@ fn mtu_from_bytes(bytes: u32) -> Result<Mtu, BenchError> {
     Mtu::from_bytes(bytes).ok_or_else(|| BenchError::Config(format!("MTU {bytes}: one of 256, 512, 1024, 2048, 4096")))
 }
 
-/// The local ACK timeout exponent (4.096 µs × 2^t) the QPs get. 8 (≈ 1 ms) is long
+/// The shortest local ACK timeout exponent the QPs get: 4.096 µs × 2⁸ ≈ 1 ms, long
 /// against the fabric's microsecond round trip and short enough that a lost tail packet
-/// costs little virtual time. But when many QPs share the port, each waits its turn in
-/// the round robin: with every QP's window backlogged a QP sends one frame in
-/// `queue_pairs`, so its ACKs come further apart than 1 ms (1 024 QPs × 64 KiB: every
-/// 5–6 ms) and the timer would fire on a healthy, merely queued QP and retransmit, as
-/// happened (24 576 retransmitted frames in 188 416). With more than one QP the timeout
-/// covers twice the time the port needs to send every pair's window, as a user would
-/// configure it (perftest uses 14, ≈ 67 ms).
-fn ack_timeout(config: &BenchConfig, window: usize) -> u8 {
-    const BASE: u8 = 8;
-    if config.queue_pairs <= 1 {
-        return BASE;
-    }
-    let bits = config.queue_pairs as u128 * window as u128 * config.size.max(8) as u128 * 8;
-    // ps to drain every window at the link rate, doubled.
-    let drain_ps = 2 * bits * 1000 / u128::from(config.timing.link_gbps.max(1));
-    let mut exponent = BASE;
-    while exponent < 31 && 4_096_000u128 << exponent < drain_ps {
+/// costs little virtual time.
+const ACK_TIMEOUT_MIN_EXPONENT: u8 = 8;
+
+/// The most header bytes a request packet carries around its payload: Ethernet with a
+/// VLAN tag (18), IPv6 (40), UDP (8), BTH (12), RETH (16), ImmDt (4) and ICRC (4).
+const REQUEST_HEADER_BYTES_MAX: u64 = 18 + 40 + 8 + 12 + 16 + 4 + 4;
+
+/// The local ACK timeout exponent t (4.096 µs × 2ᵗ) the QPs get: the smallest t ≥ 8 whose
+/// timeout is at least twice the longest a healthy QP waits for its next acknowledgement.
+///
+/// What a QP with packets outstanding waits for is the answer to its next AckReq: the
+/// requester sets AckReq on a message's last packet and on every
+/// [`ACK_REQUEST_INTERVAL`]-th packet of a long one, and the responder answers it as it
+/// arrives. The port serves the QPs that have work round robin, one packet each, so while a
+/// QP sends the packets from one AckReq to the next every other backlogged QP sends as many:
+/// the wait is at most `queue_pairs` × that many packets at the port's packet rate (the
+/// slower of the link with its per-frame overheads and the payload's PCIe read), plus the
+/// round trip. Twice that leaves room for the pipelines.
+///
+/// An earlier rule covered twice the time to drain every pair's whole window (t = 17 at
+/// 1 024 QPs × 64 KiB): enough, but a lossy multi-QP run with long messages then waited
+/// out each tail loss far longer than it needed to (docs/timing.md). With one QP at the
+/// presets' rates this is t = 8 at every size.
+fn ack_timeout(config: &BenchConfig, size: u64) -> u8 {
+    let mtu = u64::from(config.mtu.max(1));
+    let packets_per_message = size.div_ceil(mtu).max(1);
+    let packets_between_ack_requests = packets_per_message.min(u64::from(ACK_REQUEST_INTERVAL));
+    let payload = size.clamp(1, mtu);
+    let timing = &config.timing;
+    let packet = timing
+        .serialisation(payload + REQUEST_HEADER_BYTES_MAX)
+        .max(timing.pcie_read_transfer(payload));
+    let wait = u128::from(packet.0) * u128::from(packets_between_ack_requests) * config.queue_pairs.max(1) as u128
+        + 2 * u128::from(config.link_latency.0);
+    let mut exponent = ACK_TIMEOUT_MIN_EXPONENT;
+    // The QPC field has five bits.
+    while exponent < 31 && ack_timeout_ps(exponent) < 2 * wait {
         exponent += 1;
     }
     exponent
+}
+
+/// 4.096 µs × 2^`exponent`, ps: the local ACK timeout an exponent stands for (IBTA).
+fn ack_timeout_ps(exponent: u8) -> u128 {
+    4_096_000u128 << exponent
 }
 
 fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu, timeout: u8) -> Result<(), BenchError> {
@@ -801,7 +827,7 @@ pub fn run_with_progress(
         let slots = (MAX_SLOT_BYTES / slot_size).clamp(1, config.tx_depth);
         (slots, if config.latency_test { 1 } else { slots as u64 })
     };
-    let timeout = ack_timeout(config, window as usize);
+    let timeout = ack_timeout(config, size as u64);
     if config.cq_moderation > window {
         return Err(BenchError::Config(format!(
             "cq-mod {}: at most the {window} messages a pair keeps outstanding, or the window fills before a \
@@ -966,6 +992,10 @@ pub fn run_with_progress(
     let mut seen_cqes = cqes_before;
     let mut dirty: Vec<usize> = (0..pairs.len()).collect();
     let mut next_dirty: Vec<usize> = Vec::with_capacity(pairs.len());
+    // Membership of `dirty` and `next_dirty` by pair: searching the lists instead cost a
+    // pass time proportional to their length for every pair the scan steps (1 024 QPs).
+    let mut in_dirty = vec![true; pairs.len()];
+    let mut in_next_dirty = vec![false; pairs.len()];
     let mut cursor = 0usize;
     let mut passes = 0u32;
     while report.messages_ok + report.messages_failed < expected {
@@ -997,12 +1027,13 @@ pub fn run_with_progress(
             if active {
                 progress = true;
                 next_dirty.push(i);
+                in_next_dirty[i] = true;
             }
         }
         let mut scanned = 0;
         while unseen > 0 && scanned < pairs.len() {
             let i = cursor;
-            if !dirty.contains(&i) || pairs.len() <= 1 {
+            if !in_dirty[i] || pairs.len() <= 1 {
                 let (active, consumed) = step(
                     config,
                     &mut pairs[i],
@@ -1015,8 +1046,9 @@ pub fn run_with_progress(
                 unseen = unseen.saturating_sub(consumed);
                 if active {
                     progress = true;
-                    if !next_dirty.contains(&i) {
+                    if !in_next_dirty[i] {
                         next_dirty.push(i);
+                        in_next_dirty[i] = true;
                     }
                 }
             }
@@ -1025,7 +1057,11 @@ pub fn run_with_progress(
                 cursor = (cursor + 1) % pairs.len();
             }
         }
+        for &i in &dirty {
+            in_dirty[i] = false;
+        }
         std::mem::swap(&mut dirty, &mut next_dirty);
+        std::mem::swap(&mut in_dirty, &mut in_next_dirty);
         next_dirty.clear();
         collect_charges(&mut traces);
         if progress {
@@ -1625,6 +1661,7 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rnic_hw_model::timing::PRESETS;
 
     #[test]
     fn a_run_passes_only_when_every_message_asked_for_moved_and_none_failed() {
@@ -1677,6 +1714,102 @@ mod tests {
         assert_eq!(report.messages_expected, 15);
         assert_eq!(report.verdict(), Ok(()));
         assert_eq!(crate::remote::new_report(&config).messages_expected, 15);
+    }
+
+    /// A configuration of `queue_pairs` pairs moving `size`-byte WRITEs at `mtu`.
+    fn pairs_of(queue_pairs: usize, size: usize, mtu: u32) -> BenchConfig {
+        BenchConfig {
+            size,
+            queue_pairs,
+            mtu,
+            ..BenchConfig::default()
+        }
+    }
+
+    #[test]
+    fn every_reference_run_keeps_the_one_millisecond_ack_timeout() {
+        // 4.096 µs × 2⁸ ≈ 1 ms: against it a lost tail packet costs little virtual time.
+        assert_eq!(ack_timeout_ps(ACK_TIMEOUT_MIN_EXPONENT), 1_048_576_000);
+        // The matrix of scripts/reference-runs (up to 4 QPs, sizes up to the sweep's
+        // 8 MiB, both MTUs, every preset, PCIe x4): with 4 QPs, 4 × 64 packets between
+        // AckReqs take at most 0.4 ms even at 25 Gb/s, so the lossy 1 MiB runs wait out a
+        // tail loss in 1 ms.
+        for preset in PRESETS {
+            for mtu in [256, 1024, 4096] {
+                for size in [2, 8, 4096, 65536, 1 << 20, 8 << 20] {
+                    for queue_pairs in [1, 3, 4] {
+                        let mut config = pairs_of(queue_pairs, size, mtu);
+                        config.timing = TimingParams::preset(preset).unwrap();
+                        assert_eq!(
+                            ack_timeout(&config, size as u64),
+                            8,
+                            "{preset}, {queue_pairs} QPs, {size} B, MTU {mtu}"
+                        );
+                        config.timing.pcie_lanes = 4;
+                        assert_eq!(
+                            ack_timeout(&config, size as u64),
+                            8,
+                            "{preset} PCIe x4, {queue_pairs} QPs, {size} B"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn with_many_backlogged_queue_pairs_the_ack_timeout_covers_twice_their_turn() {
+        // 1 024 QPs × 64 KiB at MTU 4096: a QP asks for an ACK at the end of each message
+        // (16 packets); meanwhile every other QP sends 16 packets of at most 4 096 + 102
+        // header bytes, each 8 + 12 + 4 bytes longer on the wire: 337.76 ns at 100 Gb/s.
+        // With the 1 µs link both ways, twice the wait is 2 × (1 024 × 16 × 337.76 ns +
+        // 2 µs) = 11.07 ms: 4.096 µs × 2¹¹ = 8.39 ms is short of it, 2¹² = 16.78 ms covers it.
+        let config = pairs_of(1024, 65536, 4096);
+        let twice_the_wait = 2 * (1024 * 16 * 337_760 + 2 * 1_000_000);
+        let exponent = ack_timeout(&config, 65536);
+        assert_eq!(exponent, 12);
+        assert!(ack_timeout_ps(exponent - 1) < twice_the_wait);
+        assert!(ack_timeout_ps(exponent) >= twice_the_wait);
+        // One packet per message: each QP asks after every packet and the turn is short.
+        assert_eq!(ack_timeout(&pairs_of(1024, 8, 4096), 8), 8);
+        // Long messages: AckReq every 64 packets however long the message, so 8 MiB
+        // messages wait as long as 256 KiB ones.
+        assert_eq!(
+            ack_timeout(&pairs_of(1024, 8 << 20, 4096), 8 << 20),
+            ack_timeout(&pairs_of(1024, 256 << 10, 4096), 256 << 10)
+        );
+    }
+
+    #[test]
+    fn a_slow_link_or_a_narrow_pcie_link_lengthens_the_ack_timeout_even_for_one_queue_pair() {
+        // 1 Gb/s: 64 packets of 4 KiB take 2.16 ms, longer than the 1 ms timeout itself.
+        let mut slow = pairs_of(1, 1 << 20, 4096);
+        slow.timing.link_gbps = 1;
+        let exponent = ack_timeout(&slow, 1 << 20);
+        assert_eq!(exponent, 11);
+        assert!(ack_timeout_ps(exponent) >= 2 * 64 * 33_776_000);
+        // One PCIe Gen3 lane (≈ 7.9 Gb/s) reads the payload slower than 100 Gb/s sends it.
+        let mut narrow = pairs_of(64, 65536, 4096);
+        let wide = ack_timeout(&narrow, 65536);
+        narrow.timing.pcie_lanes = 1;
+        assert!(ack_timeout(&narrow, 65536) > wide);
+    }
+
+    #[test]
+    fn hundreds_of_backlogged_queue_pairs_are_never_retransmitted_on_a_clean_wire() {
+        // 256 QPs × 16 packets at 337.76 ns is 1.38 ms between a QP's ACKs, beyond the
+        // 1 ms timeout a single QP gets: with it, every QP would time out and resend.
+        let config = BenchConfig {
+            size: 65536,
+            iterations: 2,
+            queue_pairs: 256,
+            verify: false,
+            single_buffer: true,
+            ..BenchConfig::default()
+        };
+        let (report, _) = run(&config).unwrap();
+        assert_eq!(report.verdict(), Ok(()));
+        assert_eq!(report.retransmissions, 0);
     }
 
     #[test]

@@ -444,8 +444,12 @@ pub fn try_translate_range_from<E: From<MttError>>(
     translate_pieces(mtr, offset, first_bus, length, |o| translate_valid(memory, mtr, o), f)
 }
 
-/// Most pages a [`TranslationCache`] remembers.
-pub const TRANSLATION_CACHE_CAPACITY: usize = 512;
+/// Most pages a [`TranslationCache`] remembers: every buffer page of 1 024 QPs with a
+/// 64 KiB buffer each and their queues (≈ 20 000 per NIC), at ≈ 60 bytes a page. The memo
+/// is the emulator's, not the modelled MTT cache (`timing::lru` charges that one's misses
+/// on its own, `TimingParams::mtt_cache_entries`), so its size changes no virtual result;
+/// at 512 pages, 64 QPs' ≈ 1 100 pages were walked again on every access.
+pub const TRANSLATION_CACHE_CAPACITY: usize = 32 << 10;
 
 /// Everything a walk depends on: the whole MTR and the page, packed into as few words
 /// as hashing needs (shifts ≤ 63, hops ≤ 3 and region count ≤ 3 for a valid MTR; an
@@ -495,14 +499,12 @@ impl PageKey {
 #[derive(Debug, Clone, Default)]
 pub struct TranslationCache {
     pages: FastHashMap<PageKey, u64>,
-    /// MTRs that passed [`Mtr::validate`] (at most [`VALID_MTRS`], replaced in turn).
-    /// Validity depends on nothing but the MTR itself, so a buffer used again (the SQ,
-    /// the CQ, a payload MR: a few per message) is not validated again; this is why these
-    /// are kept when the pages are cleared. On the heap: the DMA path moves the cache out
-    /// of the device and back for every access.
-    valid: Vec<Mtr>,
-    /// The entry of `valid` the next newly validated MTR replaces once it is full.
-    next_valid: usize,
+    /// MTRs that passed [`Mtr::validate`] (at most [`VALID_MTRS`]; forgotten all at once
+    /// when full). Validity depends on nothing but the MTR itself, so a buffer used again
+    /// (the SQ, the CQ, a payload MR: a few per message) is not validated again; this is
+    /// why these are kept when the pages are cleared. On the heap: the DMA path moves the
+    /// cache out of the device and back for every access.
+    valid: FastHashSet<ValidMtr>,
     /// The bottom-level BT entries that followed the last walk's, read with it (boxed for
     /// the same reason as `valid`; allocated at the first walk).
     run: Option<Box<LeafRun>>,
@@ -534,13 +536,37 @@ struct Leaf {
     following: u64,
 }
 
-/// MTRs a [`TranslationCache`] remembers as valid.
-const VALID_MTRS: usize = 16;
+/// MTRs a [`TranslationCache`] remembers as valid: a few per QP (its SQ, CQ and payload
+/// buffers) for 1 024 QPs. At 16 (replaced in turn) 64 QPs' buffers were validated again
+/// on every access.
+const VALID_MTRS: usize = 4096;
+
+/// A `HashSet` hashed with [`crate::fast_hash::WordHasher`].
+type FastHashSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<crate::fast_hash::WordHasher>>;
+
+/// An MTR in the set of validated ones: hashed by two words of it (root and shifts, the
+/// first region and the region count), compared whole, so equal MTRs hash equally and an
+/// invalid one never passes for a valid one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ValidMtr(Mtr);
+
+impl std::hash::Hash for ValidMtr {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let mtr = &self.0;
+        let shifts = u64::from(mtr.ba_page_shift) << 32 | u64::from(mtr.buffer_page_shift);
+        state.write_u64(mtr.root ^ shifts.rotate_left(17));
+        state.write_u64(mtr.regions[0].page_count ^ (mtr.region_count as u64).rotate_left(56));
+    }
+}
 
 impl TranslationCache {
     /// Forgets every page.
     pub fn clear(&mut self) {
-        self.pages.clear();
+        // Clearing costs the table's size, not its contents: the device clears on every
+        // command, most of them while nothing is remembered.
+        if !self.pages.is_empty() {
+            self.pages.clear();
+        }
         if let Some(run) = &mut self.run {
             run.count = 0;
         }
@@ -598,16 +624,14 @@ impl TranslationCache {
 
     /// [`Mtr::validate`], answered from the MTRs remembered as valid.
     fn validate(&mut self, mtr: &Mtr) -> Result<(), MttError> {
-        if self.valid.iter().any(|valid| valid == mtr) {
+        if self.valid.contains(&ValidMtr(*mtr)) {
             return Ok(());
         }
         mtr.validate()?;
-        if self.valid.len() < VALID_MTRS {
-            self.valid.push(*mtr);
-        } else {
-            self.valid[self.next_valid] = *mtr;
-            self.next_valid = (self.next_valid + 1) % VALID_MTRS;
+        if self.valid.len() >= VALID_MTRS {
+            self.valid.clear();
         }
+        self.valid.insert(ValidMtr(*mtr));
         Ok(())
     }
 

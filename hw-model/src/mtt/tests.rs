@@ -390,19 +390,23 @@ fn the_translation_cache_stays_bounded() {
     // Direct mode is never cached; a hop-1 MTR of many pages fills the cache, which then
     // stops remembering new pages but still translates them.
     let memory = PagedMemory::new();
-    // 8 192 pages: one 64 KiB root BT page of 8-byte entries.
-    let backing = crate::memory::Backing::zeroed(16 * FRAME_SIZE as usize);
-    memory.map_contiguous(0x1_0000, &backing, 0, 16, true);
+    // Twice the capacity in pages: one root BT page of 8-byte entries.
     let pages = 2 * TRANSLATION_CACHE_CAPACITY as u64;
+    let root_bytes = pages * 8;
+    let frames = root_bytes / FRAME_SIZE;
+    let backing = crate::memory::Backing::zeroed(root_bytes as usize);
+    memory.map_contiguous(0x10_0000, &backing, 0, frames as usize, true);
     for page in 0..pages {
-        memory.write_u64(0x1_0000 + page * 8, 0x100_0000 + page * 4096).unwrap();
+        memory
+            .write_u64(0x10_0000 + page * 8, 0x1000_0000 + page * 4096)
+            .unwrap();
     }
-    let mtr = Mtr::single(0x1_0000, 16, 12, pages, 1);
+    let mtr = Mtr::single(0x10_0000, root_bytes.trailing_zeros(), 12, pages, 1);
     let mut cache = TranslationCache::default();
     for page in 0..pages {
         assert_eq!(
             cache.translate(&memory, &mtr, page * 4096 + 5),
-            Ok(0x100_0005 + page * 4096)
+            Ok(0x1000_0005 + page * 4096)
         );
         assert!(cache.len() <= TRANSLATION_CACHE_CAPACITY);
     }

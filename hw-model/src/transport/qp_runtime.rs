@@ -83,8 +83,9 @@ pub(crate) const ACK_TIMEOUT_MAX_BACKOFF: u32 = 4;
 /// Most WQEs the requester holds fetched (its on-chip WQE cache).
 pub(crate) const MAX_WINDOW_WQES: usize = 128;
 /// The requester sets AckReq on the last packet of every message and on every
-/// `ACK_REQUEST_INTERVAL`-th packet of a long one.
-pub(crate) const ACK_REQUEST_INTERVAL: u32 = 64;
+/// `ACK_REQUEST_INTERVAL`-th packet of a long one. Public for those who size a local ACK
+/// timeout: a requester waits at most this many of its packets for an acknowledgement.
+pub const ACK_REQUEST_INTERVAL: u32 = 64;
 /// The responder acknowledges at the latest every `ACK_COALESCE` packets even without
 /// AckReq.
 pub(crate) const ACK_COALESCE: u32 = 16;
