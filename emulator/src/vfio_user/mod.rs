@@ -20,6 +20,7 @@
 //! * [`irq`] — MSI-X eventfds as the model's `InterruptSink`;
 //! * [`doorbell`] — the shared doorbell pages and the adaptive poller;
 //! * [`server`] — the loop and the command handlers;
+//! * [`wire_totals`] — the transport's counters summed over device resets;
 //! * [`fuzzing`] — a client session from raw bytes for the `vfio_user` fuzz target.
 
 mod connection;
@@ -30,6 +31,7 @@ pub mod irq;
 pub mod protocol;
 pub mod regions;
 pub mod server;
+pub mod wire_totals;
 
 pub use server::{
     Limits, Polling, Server, ServerHandle, ServerOptions, ServerStats, ServerThread, DIAGNOSTICS_PERIOD,

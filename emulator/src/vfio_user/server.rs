@@ -2,14 +2,16 @@
 //!
 //! 1. a wait (`ppoll`) on the listening socket and the client socket, as long as the
 //!    [`PollGovernor`] and the device's next event allow (zero while spinning);
-//! 2. the client's complete messages, in arrival order (at most
+//! 2. the frames the network backend received (at most [`FRAMES_PER_PASS`]), given to
+//!    the device at its time of the last pass, before anything moves its clock: a frame
+//!    that waited in the socket while the scheduler kept the loop away (an ACK) is not
+//!    overtaken by a timer that expired meanwhile (the ACK timeout);
+//! 3. the client's complete messages, in arrival order (at most
 //!    [`MESSAGES_PER_PASS`] per pass, so doorbells and time keep moving under a flood);
-//! 3. one doorbell poll pass over the shared doorbell pages;
-//! 4. the frames the network backend received (at most [`FRAMES_PER_PASS`], each given
-//!    to the device at the current virtual time), the device's due events
-//!    ([`Clock::sync`]) and its transmitted frames, which go to the backend
-//!    ([`crate::net`]; dropped with `--net none`). `--pcap` records both directions as the
-//!    device saw them.
+//! 4. one doorbell poll pass over the shared doorbell pages;
+//! 5. the device's due events ([`Clock::sync`]) and its transmitted frames, which go to
+//!    the backend ([`crate::net`]; dropped with `--net none`). `--pcap` records both
+//!    directions as the device saw them.
 //!
 //! One client at a time; a second connection is accepted and closed at once. When the
 //! client goes away (close, crash, kill -9), its DMA maps and eventfds are dropped and
@@ -31,6 +33,8 @@ use rnic_firmware_if::pci::{offset as pci_offset, COMMAND_MEMORY_SPACE};
 use rnic_firmware_if::regs;
 use rnic_hw_model::time::Picoseconds;
 use rnic_hw_model::transport::TransportCounters;
+
+use super::wire_totals::TransportTotals;
 use rnic_hw_model::{Counters, Device, DeviceConfig, HostMemory};
 
 use super::connection::{configure_client_socket, send_message, Message, MessageReader, ReadOutcome};
@@ -93,17 +97,41 @@ impl Default for Limits {
 /// Doorbell polling parameters (see [`PollGovernor`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Polling {
-    /// Busy-poll this long after the last activity.
+    /// Busy-poll this long after the last activity. The default is [`DEFAULT_SPIN`] on a
+    /// host with at least [`SPIN_MIN_CPUS`] CPUs and zero on a smaller one.
     pub spin: Duration,
     /// Longest sleep between two poll passes when idle: the worst-case extra doorbell
     /// latency.
     pub max_sleep: Duration,
 }
 
+/// The default busy-poll time after activity on a host with CPUs to spare.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(100);
+
+/// The fewest CPUs on which the server busy-polls by default. A busy poll only pays when
+/// nobody else needs its CPU: the cross-process setup alone runs four busy processes (two
+/// servers, their two clients), and on two CPUs a spinning server keeps its own client
+/// and its peer from running: measured there, the two servers used ≈ 30 % more CPU per
+/// 8-byte WRITE with the spin than without, and waited longer for a CPU
+/// (docs/benchmarks.md, issue 19 goal 6).
+pub const SPIN_MIN_CPUS: usize = 4;
+
+impl Polling {
+    /// The default spin for a host with `cpus` CPUs.
+    pub fn default_spin(cpus: usize) -> Duration {
+        if cpus >= SPIN_MIN_CPUS {
+            DEFAULT_SPIN
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
 impl Default for Polling {
     fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self {
-            spin: Duration::from_micros(100),
+            spin: Self::default_spin(cpus),
             max_sleep: Duration::from_millis(1),
         }
     }
@@ -184,7 +212,8 @@ pub struct ServerStats {
     pub resets: u64,
     /// The device's counters.
     pub device: Counters,
-    /// The transport's counters (frames dropped, sequence errors, duplicates, ...).
+    /// The transport's counters (frames dropped, sequence errors, duplicates, ...) since
+    /// the server started, summed over device resets.
     pub transport: TransportCounters,
     /// The device's virtual time.
     pub virtual_time: Picoseconds,
@@ -346,6 +375,8 @@ pub struct Server {
     wake: Arc<File>,
     shared_stats: Arc<Mutex<ServerStats>>,
     stats: ServerStats,
+    /// The transport's counters over device resets (the driver resets when it unloads).
+    transport_totals: TransportTotals,
     pcap: Option<PcapWriter>,
     pcap_dirty: bool,
     net: Box<dyn NetBackend>,
@@ -454,6 +485,7 @@ impl Server {
             wake: Arc::new(File::from(os::eventfd()?)),
             shared_stats: Arc::new(Mutex::new(ServerStats::default())),
             stats: ServerStats::default(),
+            transport_totals: TransportTotals::default(),
             pcap,
             pcap_dirty: false,
             net,
@@ -531,7 +563,8 @@ impl Server {
     /// whether anything happened. For fuzzers and tests that drive the server
     /// deterministically instead of [`Server::run`] on a thread of its own.
     pub fn run_once(&mut self) -> io::Result<bool> {
-        let mut activity = false;
+        // The network first, as in the loop (see there).
+        let mut activity = self.receive_network()?;
         if self.client.is_some() {
             activity |= self.serve_client();
         }
@@ -543,7 +576,6 @@ impl Server {
         if self.client.is_some() {
             activity |= self.poll_doorbells() > 0;
         }
-        activity |= self.receive_network()?;
         activity |= self.clock.sync(&mut self.device);
         self.drain_transmit()?;
         self.publish_stats();
@@ -587,7 +619,13 @@ impl Server {
                 let mut counter = [0u8; 8];
                 let _ = (&*self.wake).read(&mut counter);
             }
-            let mut activity = false;
+            // Frames the kernel holds first, at the device's time of the last pass: every
+            // step below may move the device's clock to now, and a frame delivered after
+            // that would arrive late in virtual time. After a pass the scheduler delayed
+            // (a busy host), an ACK that was waiting in the socket would then come after
+            // the ACK timer it should have stopped, and the requester would resend its
+            // window for nothing.
+            let mut activity = self.receive_network()?;
             // The client first: if it hung up, its EOF detaches it before a new
             // connection waiting in the same pass is looked at.
             if ready & client_bit != 0 {
@@ -600,7 +638,6 @@ impl Server {
             if self.client.is_some() {
                 activity |= self.poll_doorbells() > 0;
             }
-            activity |= self.receive_network()?;
             activity |= self.clock.sync(&mut self.device);
             self.drain_transmit()?;
             let now = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -1173,8 +1210,8 @@ impl Server {
 
     /// One log line with what the wire did so far: the transport's retransmissions and
     /// the backend's losses, so a user of `udp:` sees whether a run was clean.
-    fn log_wire_counters(&self, when: &str) {
-        let transport = self.device.transport_counters();
+    fn log_wire_counters(&mut self, when: &str) {
+        let transport = self.transport_totals.total(self.device.transport_counters());
         let net = self.net.stats();
         tracing::info!(
             target: "rnic_emu::vfio_user",
@@ -1193,8 +1230,10 @@ impl Server {
         );
     }
 
-    /// Gives the device up to [`FRAMES_PER_PASS`] frames from the network; returns
-    /// whether there was any.
+    /// Gives the device up to [`FRAMES_PER_PASS`] frames from the network, at the
+    /// device's current time (the clock is not moved first: the frames arrived at some
+    /// instant since the last pass, and the device's time is that of the last pass);
+    /// returns whether there was any.
     fn receive_network(&mut self) -> io::Result<bool> {
         if self.net.wants_local_addresses() {
             // The driver may change the GID table with any command: follow it each pass.
@@ -1205,8 +1244,6 @@ impl Server {
         let mut received = 0;
         while received < FRAMES_PER_PASS && self.net.receive(&mut frame) {
             received += 1;
-            // The frame arrives now: bring the device's time up to the wall clock first.
-            self.clock.sync(&mut self.device);
             self.stats.frames_received += 1;
             let captured = self.capture(&frame);
             self.device.receive_frame(&frame);
@@ -1236,7 +1273,7 @@ impl Server {
             self.stats.interrupts_dropped = msix.dropped;
         }
         self.stats.device = self.device.counters();
-        self.stats.transport = self.device.transport_counters();
+        self.stats.transport = self.transport_totals.total(self.device.transport_counters());
         self.stats.net = self.net.stats();
         self.stats.virtual_time = self.device.now();
         self.stats.diagnostics = self.device.diagnostics().total();
@@ -1303,6 +1340,15 @@ pub fn max_payload(limits: &Limits) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_server_busy_polls_by_default_only_with_cpus_to_spare() {
+        assert_eq!(Polling::default_spin(1), Duration::ZERO);
+        assert_eq!(Polling::default_spin(2), Duration::ZERO);
+        assert_eq!(Polling::default_spin(3), Duration::ZERO);
+        assert_eq!(Polling::default_spin(4), DEFAULT_SPIN);
+        assert_eq!(Polling::default_spin(64), DEFAULT_SPIN);
+    }
 
     #[test]
     fn client_caps_default_and_validate() {
