@@ -347,6 +347,13 @@ impl Device {
         }
     }
 
+    /// CQEs written since power-on: [`Device::counters`]'s `cqes` alone, cheap enough to
+    /// ask after every step of the fabric.
+    #[inline]
+    pub fn cqes_written(&self) -> u64 {
+        qp_wiring!(self).cqs.counters().cqes
+    }
+
     /// Puts `observer` on `port` (None takes it off) and returns the observer it replaces:
     /// from then on it sees every transaction crossing that port (see [`crate::probe`]).
     pub fn attach_observer(&mut self, port: Port, observer: Option<Box<dyn Observer>>) -> Option<Box<dyn Observer>> {

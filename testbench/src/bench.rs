@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use rnic_firmware_if::caps::CapFlags;
-use rnic_hw_model::fabric::{CapturedFrame, FabricConfig, FabricStatistics, FaultPlan};
+use rnic_hw_model::fabric::{CapturedFrame, DeviceId, FabricConfig, FabricStatistics, FaultPlan};
 use rnic_hw_model::time::Picoseconds;
 use rnic_hw_model::timing::{Stage, StageTotals, TimingParams};
 use rnic_hw_model::transport::ACK_REQUEST_INTERVAL;
@@ -998,9 +998,10 @@ pub fn run_with_progress(
     let mut in_next_dirty = vec![false; pairs.len()];
     let mut cursor = 0usize;
     let mut passes = 0u32;
+    let ids = [requester.device.device_id(), responder.device.device_id()];
     while report.messages_ok + report.messages_failed < expected {
         passes += 1;
-        if passes == PROGRESS_PASSES {
+        if passes >= PROGRESS_PASSES {
             passes = 0;
             progress(Progress {
                 done: report.messages_ok + report.messages_failed,
@@ -1067,7 +1068,11 @@ pub fn run_with_progress(
         if progress {
             last_progress = fabric.now();
         } else {
-            step_time(config, &fabric);
+            // A pass that stepped no pair leaves none dirty, so every pass until a CQE is
+            // written would only step time again: the fabric takes those steps on its own
+            // and wakes the loop when one is (or when the stall check is due).
+            let steps = step_time(config, &fabric, &ids, seen_cqes, last_progress + STALL_LIMIT);
+            passes = passes.saturating_add(u32::try_from(steps - 1).unwrap_or(u32::MAX));
             collect_charges(&mut traces);
             if fabric.now() > last_progress + STALL_LIMIT {
                 return Err(BenchError::Stalled {
@@ -1189,14 +1194,35 @@ fn thread_cpu_seconds() -> f64 {
     rnic_os::thread_cpu_time().map_or(0.0, |time| time.as_secs_f64())
 }
 
-/// Lets virtual time pass when the drivers have nothing to do.
-fn step_time(config: &BenchConfig, fabric: &EmbeddedFabric) {
+/// Lets virtual time pass when the drivers have nothing to do, until something they can
+/// see may have changed; returns the steps taken.
+///
+/// In virtual mode that is the first step after which the devices `ids` have written more
+/// than `seen_cqes` CQEs, or virtual time is past `stall_check` (every step when tracing,
+/// whose charges are laid at the instant they are collected after each step).
+fn step_time(
+    config: &BenchConfig,
+    fabric: &EmbeddedFabric,
+    ids: &[DeviceId],
+    seen_cqes: u64,
+    stall_check: Picoseconds,
+) -> u64 {
     match config.mode {
         // Wake exactly when something can have changed: completions are seen at the
         // instant their CQE is written.
-        Mode::Virtual => fabric.advance_to_next_event(IDLE_STEP),
+        Mode::Virtual if config.trace => {
+            fabric.advance_to_next_event(IDLE_STEP);
+            1
+        }
+        Mode::Virtual => fabric.advance_to_next_event_until(IDLE_STEP, |fabric| {
+            let cqes: u64 = ids.iter().map(|&id| fabric.device(id).cqes_written()).sum();
+            cqes != seen_cqes || fabric.now() > stall_check
+        }),
         // Flat out: fewer, longer steps.
-        Mode::Wall => fabric.advance(IDLE_STEP),
+        Mode::Wall => {
+            fabric.advance(IDLE_STEP);
+            1
+        }
     }
 }
 

@@ -406,10 +406,69 @@ impl<P: Port> Fabric<P> {
     /// order, and leaves every device at `t`. Time never goes back: an earlier `t` only
     /// settles what is due now.
     pub fn advance_to(&mut self, t: Picoseconds) {
-        let target = t.max(self.now);
-        // Frames a device sent from a host-side call (a doorbell) since the last step.
-        self.collect(self.now);
+        let next = self.next_event_time();
+        self.advance_to_known(t.max(self.now), next, true);
+    }
+
+    /// Runs everything due at the next pending instant (a device event, a frame arrival, a
+    /// held frame's deadline), or lets `limit` pass if nothing is due before
+    /// `now + limit`: one step of a poll loop that wakes exactly when something can have
+    /// changed.
+    pub fn advance_to_next_event(&mut self, limit: Picoseconds) {
+        let next = self.next_event_time();
+        let target = self.next_target(next, limit);
+        self.advance_to_known(target, next, true);
+    }
+
+    /// Takes [`Fabric::advance_to_next_event`] steps until `stop` holds after one; returns
+    /// how many were taken (at least one). The same steps, in the same order and to the
+    /// same instants, as calling [`Fabric::advance_to_next_event`] and then `stop` in a
+    /// loop: a host that only needs to wake when something it can see has changed (a
+    /// completion written) lets the fabric run on instead of returning after every step.
+    pub fn advance_to_next_event_until(&mut self, limit: Picoseconds, mut stop: impl FnMut(&Self) -> bool) -> u64 {
+        let mut steps = 0;
+        // Each step ends by computing the next event's time; `stop` cannot change it (it
+        // sees the fabric only), so the next step starts from it instead of asking again.
         let mut next = self.next_event_time();
+        loop {
+            let target = self.next_target(next, limit);
+            // Only the first step can find frames from a host-side call: a step ends with
+            // every transmit queue drained (`run_at` stops after a collection that led to
+            // no delivery), and nothing but `stop`, which cannot send, runs in between.
+            next = self.advance_to_known(target, next, steps == 0);
+            steps += 1;
+            if stop(self) {
+                return steps;
+            }
+        }
+    }
+
+    /// Where [`Fabric::advance_to_next_event`] goes from `next`, the next event's time.
+    #[inline]
+    fn next_target(&self, next: Option<Picoseconds>, limit: Picoseconds) -> Picoseconds {
+        let idle = self.now + limit;
+        next.map_or(idle, |next| next.min(idle))
+    }
+
+    /// [`Fabric::advance_to`] `target` (not before now), given `next`, what
+    /// [`Fabric::next_event_time`] says now; returns what it says afterwards. The three
+    /// questions a step used to ask are one: a step that launched no frame from a host-side
+    /// call leaves the next event where it was. `host_acted`: whether a host may have made a
+    /// device send since the last step (false only when nothing but the fabric ran since).
+    fn advance_to_known(
+        &mut self,
+        target: Picoseconds,
+        mut next: Option<Picoseconds>,
+        host_acted: bool,
+    ) -> Option<Picoseconds> {
+        // Frames a device sent from a host-side call (a doorbell) since the last step.
+        if host_acted {
+            let sent = self.statistics.sent;
+            self.collect(self.now);
+            if self.statistics.sent != sent {
+                next = self.next_event_time();
+            }
+        }
         loop {
             let step = match next {
                 Some(next) if next < target => next,
@@ -419,7 +478,7 @@ impl<P: Port> Fabric<P> {
             // Computed once per step: it is both the end test and the next step.
             next = self.next_event_time();
             if step == target && !matches!(next, Some(next) if next <= target) {
-                break;
+                return next;
             }
         }
     }

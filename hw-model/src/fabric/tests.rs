@@ -842,6 +842,67 @@ fn advance_to_never_runs_a_device_past_t() {
     assert_eq!(fabric.run_until_idle(Picoseconds(u64::MAX)), Picoseconds(6 * US));
 }
 
+/// Port 0 streams to an echoing port 1 through every fault that holds or delays frames.
+fn echoing_run() -> Fabric<FakePort> {
+    let mut fabric = faulty(plan("dup=0.1,reorder=0.2,delay=0.3,max_delay=3us,loss=0.05,seed=5"), 2);
+    fabric.device_mut(DeviceId(1)).echo = Some(Picoseconds(300 * NS));
+    stream(&mut fabric, 60, Picoseconds(700 * NS), 64);
+    fabric
+}
+
+#[test]
+fn running_on_until_the_host_has_something_to_see_takes_the_steps_a_step_at_a_time_takes() {
+    let limit = Picoseconds(2 * US);
+    let end = Picoseconds(80 * US);
+    // The host wakes when port 0 has received something (an echo) or at the end.
+    let echoes = |fabric: &Fabric<FakePort>| fabric.device(DeviceId(0)).received_count;
+
+    // A step at a time, the host looking after each.
+    let mut stepped = echoing_run();
+    let (mut steps, mut wakes, mut seen) = (0u64, Vec::new(), 0);
+    while stepped.now() <= end {
+        stepped.advance_to_next_event(limit);
+        steps += 1;
+        if echoes(&stepped) != seen {
+            seen = echoes(&stepped);
+            wakes.push((stepped.now(), seen, stepped.next_event_time()));
+        }
+    }
+
+    // The fabric running on by itself until then.
+    let mut run_on = echoing_run();
+    let (mut steps_on, mut wakes_on, mut seen) = (0u64, Vec::new(), 0);
+    let mut calls = 0;
+    while run_on.now() <= end {
+        steps_on += run_on.advance_to_next_event_until(limit, |fabric| echoes(fabric) != seen || fabric.now() > end);
+        calls += 1;
+        if echoes(&run_on) != seen {
+            seen = echoes(&run_on);
+            wakes_on.push((run_on.now(), seen, run_on.next_event_time()));
+        }
+    }
+
+    assert_eq!(wakes_on, wakes, "the host wakes at the same instants to the same news");
+    assert_eq!(steps_on, steps, "the same steps");
+    for id in [DeviceId(0), DeviceId(1)] {
+        let (a, b) = (stepped.device(id), run_on.device(id));
+        assert_eq!(b.advances, a.advances, "{id} is moved to the same instants");
+        assert_eq!(
+            b.received, a.received,
+            "{id} receives the same frames at the same times"
+        );
+    }
+    assert_eq!(run_on.statistics(), stepped.statistics());
+    assert_eq!(run_on.now(), stepped.now());
+    let stats = stepped.statistics();
+    assert!(
+        stats.reordered > 0 && stats.delayed > 0 && stats.duplicated > 0 && stats.dropped > 0,
+        "every fault that moves an arrival happened: {stats:?}"
+    );
+    assert!(wakes.len() > 20, "the host had news {} times", wakes.len());
+    assert!(calls < steps / 2, "{calls} returns to the host for {steps} steps");
+}
+
 fn real_device(last_mac_byte: u8) -> Device {
     Device::new(
         DeviceConfig::with_mac(mac(last_mac_byte)),

@@ -238,10 +238,15 @@ impl EmbeddedFabric {
     /// or lets `limit` pass if nothing is due before `now + limit`: a poll loop that wakes
     /// exactly when something can have changed.
     pub fn advance_to_next_event(&self, limit: Picoseconds) {
-        let mut fabric = lock(&self.fabric);
-        let now = fabric.now();
-        let target = fabric.next_event_time().map_or(now + limit, |t| t.min(now + limit));
-        fabric.advance_to(target);
+        lock(&self.fabric).advance_to_next_event(limit);
+    }
+
+    /// [`EmbeddedFabric::advance_to_next_event`] again and again, without letting go of the
+    /// fabric, until `stop` holds after a step; returns the steps taken (at least one). For
+    /// a poll loop that has nothing to do until something it can see changes (a CQE
+    /// written): the same steps as calling it once per pass, without the passes.
+    pub fn advance_to_next_event_until(&self, limit: Picoseconds, stop: impl FnMut(&Fabric) -> bool) -> u64 {
+        lock(&self.fabric).advance_to_next_event_until(limit, stop)
     }
 
     /// Runs until nothing is pending or the next thing is after `now + limit` (timers
