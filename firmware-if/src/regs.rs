@@ -90,6 +90,7 @@ registers! {
     /// Command send queue base address, bits 63:32 (hns ROCEE_TX_CMQ_BASEADDR_H_REG).
     CSQ_BASE_HIGH = 0x7004, ReadWrite;
     /// Command send queue depth in units of 8 descriptors (hns writes desc_num >> 3).
+    /// Written while the ring is idle, it starts the ring over: both indices return to 0.
     CSQ_DEPTH = 0x7008, ReadWrite;
     /// Command send queue producer index, written by the driver (hns ROCEE_TX_CMQ_PI_REG).
     CSQ_PRODUCER_INDEX = 0x7010, ReadWrite;
