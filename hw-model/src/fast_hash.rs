@@ -4,11 +4,14 @@
 //! (docs/benchmarks.md); their keys come from the device's own arithmetic, and none of
 //! them is ever iterated, so neither flooding resistance nor order matters.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// A `HashMap` hashed with [`WordHasher`].
 pub(crate) type FastHashMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>>;
+
+/// A `HashSet` hashed with [`WordHasher`].
+pub(crate) type FastHashSet<K> = HashSet<K, BuildHasherDefault<WordHasher>>;
 
 const MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
 

@@ -23,7 +23,7 @@
 use rnic_firmware_if::mtr::{MtrRegion, BT_ENTRY_SIZE, MAX_HOP, MIN_PAGE_SHIFT};
 
 use crate::bus::Bus;
-use crate::fast_hash::FastHashMap;
+use crate::fast_hash::{FastHashMap, FastHashSet};
 use crate::memory::{HostMemory, HostMemoryExt, MemoryError};
 
 mod buffer;
@@ -540,9 +540,6 @@ struct Leaf {
 /// buffers) for 1 024 QPs. At 16 (replaced in turn) 64 QPs' buffers were validated again
 /// on every access.
 const VALID_MTRS: usize = 4096;
-
-/// A `HashSet` hashed with [`crate::fast_hash::WordHasher`].
-type FastHashSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<crate::fast_hash::WordHasher>>;
 
 /// An MTR in the set of validated ones: hashed by two words of it (root and shifts, the
 /// first region and the region count), compared whole, so equal MTRs hash equally and an
