@@ -260,21 +260,19 @@ fn write_byte(fd: c_int) {
     let _ = unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
 }
 
-/// Reads one wake-up byte, honouring the descriptor's blocking mode; retries on EINTR.
+/// Reads one wake-up byte, honouring the descriptor's blocking mode. A signal that
+/// interrupts the wait ends it with `EINTR`, as rdma-core's plain `read(2)` does:
+/// applications rely on that to leave a blocking `ibv_get_cq_event` when a timer fires
+/// (qperf's event mode ends each test that way; retrying left its server blocked for ever).
 fn read_byte(fd: c_int) -> Result<(), i32> {
-    loop {
-        let mut byte = 0u8;
-        // SAFETY: reads one byte into a live local.
-        let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
-        if n == 1 {
-            return Ok(());
-        }
-        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
-        if n < 0 && errno == libc::EINTR {
-            continue;
-        }
-        return Err(if n == 0 { libc::EIO } else { errno });
+    let mut byte = 0u8;
+    // SAFETY: reads one byte into a live local.
+    let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
+    if n == 1 {
+        return Ok(());
     }
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    Err(if n == 0 { libc::EIO } else { errno })
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), i32> {

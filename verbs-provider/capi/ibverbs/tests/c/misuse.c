@@ -4,10 +4,12 @@
  * Prints one line per check; exits 1 if any check failed.
  * With the argument "leak" it creates objects and exits without destroying anything. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <infiniband/verbs.h>
 
 static int failures;
@@ -32,6 +34,14 @@ static void expect(const char *what, int ok, int err) {
         int r_ = (call);                                                               \
         expect(what, r_ == (want) || (r_ == -1 && errno == (want)), r_ == -1 ? errno : r_); \
     } while (0)
+
+static void on_alarm(int signal) { (void)signal; }
+
+/* SIGALRM in `ms` milliseconds, once. */
+static void alarm_in(int ms) {
+    struct itimerval timer = {.it_value = {.tv_sec = 0, .tv_usec = ms * 1000}};
+    setitimer(ITIMER_REAL, &timer, NULL);
+}
 
 int main(int argc, char **argv) {
     int num = 0;
@@ -64,6 +74,25 @@ int main(int argc, char **argv) {
         printf("ok leaving without destroying anything\n");
         return 0;
     }
+
+    /* A signal ends a blocking wait for an event with EINTR, as rdma-core's read(2) does:
+     * qperf's event mode leaves ibv_get_cq_event that way when its test timer fires. The
+     * handler is installed without SA_RESTART, as qperf's is. */
+    struct sigaction act = {.sa_handler = on_alarm};
+    sigemptyset(&act.sa_mask);
+    sigaction(SIGALRM, &act, NULL);
+    struct ibv_comp_channel *channel = ibv_create_comp_channel(ctx);
+    struct ibv_cq *armed = channel ? ibv_create_cq(ctx, 16, NULL, channel, 0) : NULL;
+    expect("a CQ on a completion channel, armed", armed && ibv_req_notify_cq(armed, 0) == 0, errno);
+    struct ibv_cq *event_cq = NULL;
+    void *event_context = NULL;
+    alarm_in(100);
+    EXPECT_VALUE("ibv_get_cq_event interrupted by a signal", ibv_get_cq_event(channel, &event_cq, &event_context), EINTR);
+    struct ibv_async_event async;
+    alarm_in(100);
+    EXPECT_VALUE("ibv_get_async_event interrupted by a signal", ibv_get_async_event(ctx, &async), EINTR);
+    expect("destroy the armed CQ", armed && ibv_destroy_cq(armed) == 0, errno);
+    expect("destroy the channel", channel && ibv_destroy_comp_channel(channel) == 0, errno);
 
     /* Whatever memory the application has can be registered: stack, heap, mmap. */
     char on_stack[3000];
