@@ -17,8 +17,9 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rnic_verbs::cm::{
     CmConfig, CmEvent, CmEventKind, CmId, CmQpInit, ConnParam, ConnectionManager, EventChannel, KernelNeighbours,
@@ -273,6 +274,10 @@ struct Channel {
     channel: EventChannel,
     /// Events a synchronous call took out of order, handed out first.
     stash: Mutex<VecDeque<CmEvent>>,
+    /// Threads blocked in `rdma_get_cm_event` on this channel. A channel destroyed under
+    /// one is not freed: as with librdmacm's descriptor, the blocked thread stays blocked
+    /// (rping destroys the channel its CM thread waits on, then exits).
+    waiters: AtomicUsize,
 }
 
 /// Our id: the C struct first.
@@ -287,6 +292,11 @@ struct Id {
     own_pd: bool,
     /// Its event channel was destroyed, and with it the connection manager's id.
     orphaned: bool,
+    /// Events of this id that `rdma_get_cm_event` handed out and the application has not
+    /// acknowledged yet (connection requests count on the listener): `rdma_destroy_id`
+    /// waits for them, as librdmacm's does, so another thread still handling one never
+    /// sees the id freed.
+    unacked_events: AtomicUsize,
 }
 
 /// Our event: the C struct first, then what its pointers point into.
@@ -294,7 +304,23 @@ struct Id {
 struct Event {
     base: rdma_cm_event,
     private_data: Vec<u8>,
+    /// The id whose `unacked_events` counts this event (null: not counted).
+    counted: *const Id,
 }
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: `rdma_destroy_id` frees an id only once no event counts in it, so the id
+        // this event counts in is live.
+        if let Some(id) = unsafe { self.counted.as_ref() } {
+            id.unacked_events.fetch_sub(1, Ordering::Release);
+        }
+    }
+}
+
+/// How long `rdma_destroy_id` waits for the application to acknowledge the id's events
+/// (librdmacm waits for ever); after it the id is kept, not freed, and a diagnostic says so.
+const UNACKED_EVENTS_WAIT: Duration = Duration::from_secs(5);
 
 fn fail(verb: &str, errno: i32, why: impl std::fmt::Display) -> c_int {
     diag!("{verb}: {why}");
@@ -399,6 +425,7 @@ fn new_channel(state: &CmState) -> Result<*mut Channel, rnic_verbs::cm::CmError>
         base: rdma_event_channel { fd },
         channel,
         stash: Mutex::new(VecDeque::new()),
+        waiters: AtomicUsize::new(0),
     })))
 }
 
@@ -433,6 +460,7 @@ fn wrap_id(state: &CmState, id: CmId, channel: *mut Channel, context: *mut c_voi
         own_cqs: false,
         own_pd: false,
         orphaned: false,
+        unacked_events: AtomicUsize::new(0),
     }));
     state
         .ids
@@ -457,24 +485,53 @@ fn next_event(channel: &Channel, timeout: Option<Duration>) -> Option<CmEvent> {
     match timeout {
         Some(t) if t.is_zero() => channel.channel.get_event(),
         Some(t) => channel.channel.wait_event(t),
-        None => loop {
-            if let Some(event) = channel.channel.wait_event(Duration::from_secs(3600)) {
-                break Some(event);
-            }
-        },
+        None => {
+            channel.waiters.fetch_add(1, Ordering::AcqRel);
+            let event = loop {
+                if let Some(event) = channel.channel.wait_event(Duration::from_secs(3600)) {
+                    break event;
+                }
+            };
+            channel.waiters.fetch_sub(1, Ordering::AcqRel);
+            Some(event)
+        }
     }
 }
 
-/// Makes the C event of a CM event (new ids for connection requests).
-fn c_event(state: &CmState, channel: *mut Channel, event: CmEvent) -> *mut Event {
-    let ids = state.ids.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let listen_id = event
-        .listen_id
-        .as_ref()
-        .and_then(|l| ids.get(&l.handle()).copied())
-        .map_or(null_mut(), |p| p as *mut Id);
-    let id = match ids.get(&event.id.handle()) {
-        Some(&p) => p as *mut Id,
+/// Makes the C event of a CM event (new ids for connection requests). `None` for an
+/// event of an id the application has destroyed meanwhile: the kernel drops those, and an
+/// application handed one would find its context freed. With `counted`, the event counts
+/// in its id's (a connection request: its listener's) unacknowledged events until freed.
+fn c_event(state: &CmState, channel: *mut Channel, event: CmEvent, counted: bool) -> Option<*mut Event> {
+    // Looked up and counted under the lock `rdma_destroy_id` forgets the id under: an id
+    // found here is not freed before this event is acknowledged.
+    let (known, listen_id, counted) = {
+        let ids = state.ids.lock().unwrap_or_else(|e| e.into_inner());
+        let listen_id = event
+            .listen_id
+            .as_ref()
+            .and_then(|l| ids.get(&l.handle()).copied())
+            .map_or(null_mut(), |p| p as *mut Id);
+        let known = ids.get(&event.id.handle()).map(|&p| p as *mut Id);
+        if known.is_none() && event.kind != CmEventKind::ConnectRequest {
+            tracing::debug!(target: "rnic::cm", kind = ?event.kind, "an event of a destroyed id: dropped");
+            return None;
+        }
+        let owner = if !counted {
+            null_mut()
+        } else if event.kind == CmEventKind::ConnectRequest {
+            listen_id
+        } else {
+            known.unwrap_or(null_mut())
+        };
+        // SAFETY: listed ids are live, and stay so while the lock is held.
+        if let Some(owner) = unsafe { owner.as_ref() } {
+            owner.unacked_events.fetch_add(1, Ordering::AcqRel);
+        }
+        (known, listen_id, owner as *const Id)
+    };
+    let id = match known {
+        Some(p) => p,
         None => {
             // A connection request's new id: on the listener's channel, with its context
             // and port space.
@@ -504,6 +561,7 @@ fn c_event(state: &CmState, channel: *mut Channel, event: CmEvent) -> *mut Event
             param: [0; 7],
         },
         private_data: event.private_data.clone(),
+        counted,
     });
     let data = if boxed.private_data.is_empty() {
         std::ptr::null()
@@ -541,7 +599,7 @@ fn c_event(state: &CmState, channel: *mut Channel, event: CmEvent) -> *mut Event
             unsafe { param.cast::<rdma_conn_param>().write_unaligned(value) };
         }
     }
-    Box::into_raw(boxed)
+    Some(Box::into_raw(boxed))
 }
 
 /// A synchronous id's wait for `kind` (other events of other ids are stashed).
@@ -624,7 +682,13 @@ pub unsafe extern "C" fn rnic_rdma_destroy_event_channel(channel: *mut rdma_even
         }
     });
     // SAFETY: allocated by Box in new_channel.
-    drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
+    let ours = unsafe { Box::from_raw(channel.cast::<Channel>()) };
+    if ours.waiters.load(Ordering::Acquire) > 0 {
+        // A thread is blocked in rdma_get_cm_event on it: it stays blocked, as on
+        // librdmacm's closed descriptor, and must not wake in freed memory.
+        tracing::debug!(target: "rnic::cm", "event channel destroyed under a waiting thread: kept");
+        std::mem::forget(ours);
+    }
 }
 
 /// `rdma_create_id`.
@@ -776,6 +840,8 @@ pub unsafe extern "C" fn rnic_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             ours.id.destroy()
         };
         forget(&state, ours);
+        // No event counts in the id from here on; wait for those handed out already.
+        let kept = !wait_for_acknowledgements(ours);
         if ours.own_cqs {
             // SAFETY: ours, without a QP now.
             unsafe { release_qp_resources(ours) };
@@ -784,17 +850,43 @@ pub unsafe extern "C" fn rnic_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             // SAFETY: the PD we allocated for this id.
             unsafe { crate::verbs::ibv_dealloc_pd(ours.base.pd) };
         }
-        // SAFETY: allocated by Box in wrap_id; the application gives it up.
-        let boxed = unsafe { Box::from_raw(id.cast::<Id>()) };
-        if let Some(channel) = boxed.sync_channel {
-            // SAFETY: the private channel of a synchronous id.
-            drop(unsafe { Box::from_raw(channel) });
+        if !kept {
+            // SAFETY: allocated by Box in wrap_id; the application gives it up, and no
+            // event refers to it any more.
+            let boxed = unsafe { Box::from_raw(id.cast::<Id>()) };
+            if let Some(channel) = boxed.sync_channel {
+                // SAFETY: the private channel of a synchronous id.
+                drop(unsafe { Box::from_raw(channel) });
+            }
         }
         match result {
             Ok(()) => 0,
             Err(e) => cm_fail("rdma_destroy_id", &e),
         }
     })
+}
+
+/// Waits until the application has acknowledged every event of `id` that
+/// `rdma_get_cm_event` handed out, as librdmacm's `rdma_destroy_id` does (rping's CM
+/// thread may be handling DISCONNECTED while its main thread destroys the id). `false`
+/// when they were not acknowledged within [`UNACKED_EVENTS_WAIT`]: then the id must be
+/// kept (its events still point at it).
+fn wait_for_acknowledgements(id: &Id) -> bool {
+    let deadline = Instant::now() + UNACKED_EVENTS_WAIT;
+    loop {
+        let unacked = id.unacked_events.load(Ordering::Acquire);
+        if unacked == 0 {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            diag!(
+                "rdma_destroy_id: {unacked} event(s) of the id were never acknowledged \
+                 (rdma_ack_cm_event); the id's memory is kept for them"
+            );
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// `rdma_bind_addr`.
@@ -1189,7 +1281,9 @@ pub unsafe extern "C" fn rnic_rdma_get_request(listen: *mut rdma_cm_id, id: *mut
             if event.kind != CmEventKind::ConnectRequest {
                 continue;
             }
-            let c = c_event(&state, channel, event);
+            let Some(c) = c_event(&state, channel, event, false) else {
+                continue;
+            };
             // SAFETY: just made.
             let new_id = unsafe { (*c).base.id.cast::<Id>() };
             // The new id is synchronous too, with a channel of its own.
@@ -1308,17 +1402,17 @@ pub unsafe extern "C" fn rnic_rdma_get_cm_event(
         // SAFETY: fcntl on the application's descriptor.
         let nonblocking = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
         let timeout = if nonblocking { Some(Duration::ZERO) } else { None };
-        // SAFETY: as above.
-        match next_event(unsafe { &*ours }, timeout) {
-            Some(e) => {
-                let c = c_event(&state, ours, e);
+        loop {
+            // SAFETY: as above.
+            let Some(e) = next_event(unsafe { &*ours }, timeout) else {
+                set_errno(libc::EAGAIN);
+                return -1;
+            };
+            // An event of an id destroyed meanwhile is dropped: wait for the next one.
+            if let Some(c) = c_event(&state, ours, e, true) {
                 // SAFETY: the caller's out-pointer.
                 unsafe { *event = c.cast() };
-                0
-            }
-            None => {
-                set_errno(libc::EAGAIN);
-                -1
+                return 0;
             }
         }
     })

@@ -250,6 +250,32 @@ fn a_process_that_exits_with_a_connection_up_disconnects_it() {
     );
 }
 
+/// An id's events live as long as librdmacm lets them: an event of an id destroyed before
+/// the application took it is dropped, and `rdma_destroy_id` waits until another thread
+/// has acknowledged the id's event it holds. rping's client crashed without this (its CM
+/// thread was handed DISCONNECTED for the id its main thread had destroyed, with a NULL
+/// context) (tests/c/cm_event_lifetime.c).
+#[test]
+fn an_ids_events_never_outlive_it_and_its_destruction_waits_for_their_acknowledgement() {
+    let Some(binary) = compile_c_test("cm_event_lifetime.c", "rnic-cm-event-lifetime") else {
+        return;
+    };
+    let program = binary.to_str().expect("path");
+    let output = common::wait_bounded(
+        common::command(program, &["127.0.4.65"], "udp:127.0.4.65")
+            .spawn()
+            .expect("start cm_event_lifetime"),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("event lifetime: as librdmacm"),
+        "cm_event_lifetime ({})\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// tgtd's iSER portals, 0.0.0.0 and :: on one port, each id family-only
 /// (RDMA_OPTION_ID_AFONLY): both bind and listen, as on Linux; without the option the
 /// IPv6 wildcard's bind fails with EADDRNOTAVAIL (tests/c/cm_portals.c).
