@@ -265,6 +265,17 @@ pub trait DeviceAccess: Send + Sync {
     /// does nothing.
     fn idle(&self) {}
 
+    /// A count that rises after every write to the driver's DMA memory (the device's CQEs
+    /// and EQEs, the driver's own writes), raised with release ordering once the written
+    /// bytes are visible to [`DeviceAccess::dma_read`]; `None` when the backend keeps no
+    /// such count. A poller that found a queue empty at count `n` knows it is still empty
+    /// while the count is `n` and need not read it again: the empty polls of a spinning
+    /// application then touch nothing the device writes. [`DeviceAccess::idle`] is still
+    /// called for each empty poll.
+    fn driver_memory_writes(&self) -> Option<u64> {
+        None
+    }
+
     /// The port's MAC address as the platform knows it (the netdev's address on Linux,
     /// the device configuration for the model), if the backend knows it. The driver
     /// programs it as source MAC 0 and derives the default GID from it.

@@ -143,6 +143,9 @@ impl DeviceAccess for CountingAccess {
     fn idle(&self) {
         self.inner.idle()
     }
+    fn driver_memory_writes(&self) -> Option<u64> {
+        self.inner.driver_memory_writes()
+    }
     fn mac_address(&self) -> Option<[u8; 6]> {
         self.inner.mac_address()
     }

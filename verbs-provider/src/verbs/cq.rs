@@ -12,7 +12,7 @@
 //! which the context routes to the CQ's completion channel.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rnic_firmware_if::bits::Layout;
@@ -51,6 +51,10 @@ pub(crate) struct CqInner {
     pub(crate) consumer_index: AtomicU32,
     /// The poller's state (rdma-core's CQ spinlock and `cons_index`).
     pub(crate) poll: Mutex<PollState>,
+    /// The backend's [`DeviceAccess::driver_memory_writes`] count at which the last poll
+    /// found no CQE (`u64::MAX`: none yet): while the count stays there, the CQ is still
+    /// empty and a poll returns without reading it or taking the poll lock.
+    pub(crate) empty_at_writes: AtomicU64,
     /// Bus address of the CQE buffer (contiguous), cached for the data path; valid until
     /// release, which waits for no poller because polling borrows the handle that
     /// destroying consumes.
@@ -334,6 +338,7 @@ impl Context {
                 events,
                 consumer_index: AtomicU32::new(0),
                 poll: Mutex::new(PollState::default()),
+                empty_at_writes: AtomicU64::new(u64::MAX),
                 buffer_base: buffer.address(),
                 record,
                 released: AtomicBool::new(false),

@@ -99,6 +99,15 @@ impl CqInner {
     }
 
     fn poll_into(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        // Read before the CQE: a CQE written after it raises the count past it.
+        let writes = self.context.access.driver_memory_writes();
+        if writes.is_some() && writes == Some(self.empty_at_writes.load(Ordering::Acquire)) {
+            // Nothing written since this CQ was found empty: still empty. A spinning
+            // poller on a device emulated by threads of this process then takes no lock
+            // of the device and no CPU from them.
+            self.context.access.idle();
+            return Ok(0);
+        }
         // Declared before the lock guard so that they are dropped after it.
         let mut to_error: [Option<Arc<QpInner>>; MAX_ERROR_QPS] = Default::default();
         let mut current: Option<Arc<QpInner>> = None;
@@ -169,6 +178,9 @@ impl CqInner {
             qp.enter_error_after_completion();
         }
         if polled == 0 && !out.is_empty() && result.is_ok() {
+            if let Some(writes) = writes {
+                self.empty_at_writes.store(writes, Ordering::Release);
+            }
             // Nothing yet: on a model, let time pass so a spinning caller gets its
             // completions (no-op on hardware).
             self.context.access.idle();
