@@ -233,6 +233,28 @@ fn compile_c_test(source: &str, name: &str) -> Option<std::path::PathBuf> {
     Some(binary)
 }
 
+/// Compiles tests/c/`source`, runs it alone on the device `device` (60 s at most) and
+/// expects it to succeed and print `expected`; skips where `compile_c_test` does.
+fn run_c_program(source: &str, name: &str, args: &[&str], device: &str, expected: &str) {
+    let Some(binary) = compile_c_test(source, name) else {
+        return;
+    };
+    let program = binary.to_str().expect("path");
+    let output = common::wait_bounded(
+        common::command(program, args, device)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {source}: {e}")),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains(expected),
+        "{source} ({})\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// A server that exits with its connection up: Linux destroys the process's ids and sends
 /// the DREQ, so the client sees DISCONNECTED (tests/c/cm_exit.c).
 #[test]
@@ -257,22 +279,12 @@ fn a_process_that_exits_with_a_connection_up_disconnects_it() {
 /// context) (tests/c/cm_event_lifetime.c).
 #[test]
 fn an_ids_events_never_outlive_it_and_its_destruction_waits_for_their_acknowledgement() {
-    let Some(binary) = compile_c_test("cm_event_lifetime.c", "rnic-cm-event-lifetime") else {
-        return;
-    };
-    let program = binary.to_str().expect("path");
-    let output = common::wait_bounded(
-        common::command(program, &["127.0.4.65"], "udp:127.0.4.65")
-            .spawn()
-            .expect("start cm_event_lifetime"),
-        Duration::from_secs(60),
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("event lifetime: as librdmacm"),
-        "cm_event_lifetime ({})\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
+    run_c_program(
+        "cm_event_lifetime.c",
+        "rnic-cm-event-lifetime",
+        &["127.0.4.65"],
+        "udp:127.0.4.65",
+        "event lifetime: as librdmacm",
     );
 }
 
@@ -281,22 +293,12 @@ fn an_ids_events_never_outlive_it_and_its_destruction_waits_for_their_acknowledg
 /// IPv6 wildcard's bind fails with EADDRNOTAVAIL (tests/c/cm_portals.c).
 #[test]
 fn wildcard_portals_of_both_families_share_a_port_when_family_only() {
-    let Some(binary) = compile_c_test("cm_portals.c", "rnic-cm-portals") else {
-        return;
-    };
-    let program = binary.to_str().expect("path");
-    let output = common::wait_bounded(
-        common::command(program, &["3260"], "udp:127.0.4.61")
-            .spawn()
-            .expect("start cm_portals"),
-        Duration::from_secs(60),
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("portals: both wildcards listen"),
-        "cm_portals ({})\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
+    run_c_program(
+        "cm_portals.c",
+        "rnic-cm-portals",
+        &["3260"],
+        "udp:127.0.4.61",
+        "portals: both wildcards listen",
     );
 }
 
@@ -308,22 +310,12 @@ fn wildcard_portals_of_both_families_share_a_port_when_family_only() {
 /// (tests/c/signalfd_worker.c).
 #[test]
 fn process_directed_signals_reach_the_application_not_our_threads() {
-    let Some(binary) = compile_c_test("signalfd_worker.c", "rnic-signalfd-worker") else {
-        return;
-    };
-    let program = binary.to_str().expect("path");
-    let output = common::wait_bounded(
-        common::command(program, &["50"], "udp:127.0.4.63")
-            .spawn()
-            .expect("start signalfd_worker"),
-        Duration::from_secs(60),
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("signalfd: 50 of 50 signals read"),
-        "signalfd_worker ({})\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
+    run_c_program(
+        "signalfd_worker.c",
+        "rnic-signalfd-worker",
+        &["50"],
+        "udp:127.0.4.63",
+        "signalfd: 50 of 50 signals read",
     );
 }
 
