@@ -18,7 +18,7 @@ use rnic_firmware_if::caps::CapFlags;
 use rnic_hw_model::fabric::{CapturedFrame, DeviceId, FabricConfig, FabricStatistics, FaultPlan};
 use rnic_hw_model::time::Picoseconds;
 use rnic_hw_model::timing::{Stage, StageTotals, TimingParams};
-use rnic_hw_model::transport::ACK_REQUEST_INTERVAL;
+use rnic_hw_model::transport::{self, ACK_REQUEST_INTERVAL};
 use rnic_hw_model::DeviceConfig;
 use rnic_verbs::backend::{EmbeddedConfig, EmbeddedDevice, EmbeddedFabric};
 use rnic_verbs::{
@@ -715,9 +715,10 @@ fn ack_timeout(config: &BenchConfig, size: u64) -> u8 {
     exponent
 }
 
-/// 4.096 µs × 2^`exponent`, ps: the local ACK timeout an exponent stands for (IBTA).
+/// The local ACK timeout `exponent` stands for, ps: the model's own rule (4.096 µs ×
+/// 2^`exponent`), so the bench and the device never disagree on it.
 fn ack_timeout_ps(exponent: u8) -> u128 {
-    4_096_000u128 << exponent
+    transport::ack_timeout(exponent).map_or(0, |timeout| u128::from(timeout.0))
 }
 
 fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu, timeout: u8) -> Result<(), BenchError> {

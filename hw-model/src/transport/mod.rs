@@ -48,7 +48,7 @@ pub(crate) mod wqe_fetch;
 #[cfg(test)]
 mod tests;
 
-pub use qp_runtime::ACK_REQUEST_INTERVAL;
+pub use qp_runtime::{ack_timeout, ACK_REQUEST_INTERVAL};
 
 use std::collections::VecDeque;
 

@@ -39,7 +39,7 @@ pub(crate) const MSN_MASK: u32 = 0x00FF_FFFF;
 
 /// Local ACK timeout for the QPC `AT` field: 4.096 µs × 2^AT; 0 = no timeout (IBA
 /// 11.2.4.2, hns §10.2 on HIP09 where AT is not offset).
-pub(crate) fn ack_timeout(at: u8) -> Option<Picoseconds> {
+pub fn ack_timeout(at: u8) -> Option<Picoseconds> {
     if at == 0 {
         return None;
     }
