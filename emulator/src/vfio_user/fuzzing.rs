@@ -26,7 +26,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
@@ -201,14 +201,28 @@ impl Session {
         self.settle()
     }
 
-    /// Hangs up and checks the server closed every descriptor the client sent it.
+    /// Hangs up and checks the server let the client go and closed every descriptor the
+    /// client sent it.
     fn hang_up_and_count(&mut self) -> io::Result<()> {
+        // Named now, so that a failure can tell the client's own socket from the server's.
+        let client_socket = self
+            .client
+            .as_ref()
+            .and_then(|client| std::fs::read_link(format!("/proc/self/fd/{}", client.as_raw_fd())).ok());
         self.hang_up()?;
+        let stats = self.server.handle().stats();
+        assert!(
+            !stats.connected,
+            "the server still serves a client that hung up (client socket {client_socket:?}): {stats:?}"
+        );
         let now = session_fds();
         assert!(
             now == self.baseline_fds,
-            "descriptors left open after the client hung up: {now:?}, with no client {:?}",
-            self.baseline_fds
+            "descriptors left open after the client hung up: {now:?}, with no client {:?}; the client's \
+             socket was {client_socket:?}; the server accepted {} clients and saw {} go",
+            self.baseline_fds,
+            stats.connections,
+            stats.disconnections
         );
         Ok(())
     }
