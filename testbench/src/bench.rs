@@ -716,9 +716,10 @@ fn ack_timeout(config: &BenchConfig, size: u64) -> u8 {
 }
 
 /// The local ACK timeout `exponent` stands for, ps: the model's own rule (4.096 µs ×
-/// 2^`exponent`), so the bench and the device never disagree on it.
+/// 2^`exponent`), so the bench and the device never disagree on it. Exponent 0 is no
+/// timeout at all, so it outlasts any wait.
 fn ack_timeout_ps(exponent: u8) -> u128 {
-    transport::ack_timeout(exponent).map_or(0, |timeout| u128::from(timeout.0))
+    transport::ack_timeout(exponent).map_or(u128::MAX, |timeout| u128::from(timeout.0))
 }
 
 fn connect(qp: &QueuePair, remote: &QueuePair, remote_side: &Side, mtu: Mtu, timeout: u8) -> Result<(), BenchError> {
