@@ -635,3 +635,122 @@ fn ack_timeouts_in_a_row_back_off_to_four_times_the_timeout() {
     single(&c.cqes_a(), CqeStatus::TransportRetryExcErr);
     assert_eq!(c.pair.a().device.transport_counters().ack_timeouts, 4);
 }
+
+/// A plain ACK (an Acknowledge with an ACK syndrome, not a NAK or RNR NAK).
+fn is_plain_ack(repr: &rnic_hw_model::wire::RoceRepr) -> bool {
+    repr.bth.opcode.0 == ACKNOWLEDGE && repr.aeth.is_some_and(|aeth| aeth.syndrome >> 5 == 0)
+}
+
+/// A WRITE (PSN 0) and then a READ or an atomic (PSN 1); the WRITE's ACK and the READ's
+/// or atomic's answer are lost. The requester's timer sends both again: the WRITE is a
+/// duplicate and is acknowledged again, but with the WRITE's PSN, never with PSN 1 — a
+/// plain ACK naming a READ's PSN is taken by rxe as the READ's completion without its
+/// data (nvmet-rdma then stored a buffer it never filled: zeros read back). Before the
+/// fix the responder acknowledged the duplicate with `expected PSN − 1`, here 1.
+#[test]
+fn a_duplicate_write_is_acknowledged_with_a_write_psn_never_a_read_or_atomic_psn() {
+    for second in [SqOpcode::RdmaRead, SqOpcode::AtomFetchAndAdd] {
+        let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |spec| spec.ack_timeout = 4);
+        let (ma, mb) = (c.ma, c.mb);
+        let b = c.pair.b;
+        let acknowledged = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let seen = acknowledged.clone();
+        let (mut ack_lost, mut answer_lost) = (false, false);
+        c.pair.tap(
+            b,
+            Box::new(move |_, repr| {
+                if is_plain_ack(repr) {
+                    seen.borrow_mut().push(repr.bth.psn);
+                    if !ack_lost {
+                        ack_lost = true;
+                        return Fate::Drop;
+                    }
+                }
+                let answer = matches!(repr.bth.opcode.0, 0x10 | ATOMIC_ACKNOWLEDGE);
+                if answer && !answer_lost {
+                    answer_lost = true;
+                    return Fate::Drop;
+                }
+                Fate::Pass
+            }),
+        );
+        c.send_a(&SendRequest::rdma(
+            SqOpcode::RdmaWrite,
+            vec![ma.sge(0, 100)],
+            mb.at(0),
+            mb.key,
+        ));
+        c.send_a(&SendRequest::rdma(
+            second,
+            vec![ma.sge(0x1000, 8)],
+            mb.at(0x2000),
+            mb.key,
+        ));
+        c.run();
+        let cqes = c.cqes_a();
+        assert_eq!(cqes.len(), 2, "{second:?}: {cqes:?}");
+        assert!(cqes.iter().all(|cqe| cqe.status() == 0), "{second:?}: {cqes:?}");
+        let cb = c.pair.b().device.transport_counters();
+        assert!(cb.duplicate_requests >= 2, "{second:?}: both came again: {cb:?}");
+        let acknowledged = acknowledged.borrow();
+        assert!(
+            acknowledged.len() >= 2,
+            "{second:?}: the duplicate WRITE was acknowledged again: {acknowledged:?}"
+        );
+        assert!(
+            acknowledged.iter().all(|&psn| psn == 0),
+            "{second:?}: plain ACKs name only the WRITE's PSN 0: {acknowledged:?}"
+        );
+    }
+}
+
+/// The requester's side of the same rule, against a responder that does send such an
+/// ACK: the READ's response is lost and a plain ACK with the READ's PSN arrives in its
+/// place. The ACK does not complete the READ (it would, without data); it means the
+/// response was lost (implied NAK), the READ is asked again and completes with the
+/// responder's bytes.
+#[test]
+fn a_plain_ack_naming_an_unanswered_read_is_an_implied_nak_not_its_completion() {
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
+    let (ma, mb) = (c.ma, c.mb);
+    let b = c.pair.b;
+    let mut replaced = false;
+    c.pair.tap(
+        b,
+        Box::new(move |_, repr| {
+            if repr.bth.opcode.0 != 0x10 || replaced {
+                return Fate::Pass;
+            }
+            replaced = true;
+            let mut ack = *repr;
+            ack.bth.opcode = rnic_hw_model::wire::BthOpcode::RC_ACKNOWLEDGE;
+            let mut frame = Vec::new();
+            rnic_hw_model::wire::emit_frame(&ack, &[], &mut frame);
+            Fate::Replace(frame)
+        }),
+    );
+    c.send_a(&SendRequest::rdma(
+        SqOpcode::RdmaRead,
+        vec![ma.sge(0, 500)],
+        mb.at(0x1000),
+        mb.key,
+    ));
+    c.run();
+    single(&c.cqes_a(), CqeStatus::Success);
+    assert_eq!(
+        c.bytes_a(0, 500),
+        c.bytes_b(0x1000, 500),
+        "the READ's data, not what was there"
+    );
+    assert_ne!(
+        c.bytes_a(0, 500),
+        Connection::initial(1, 0, 500),
+        "the requester's buffer was written"
+    );
+    let (ca, cb) = (
+        c.pair.a().device.transport_counters(),
+        c.pair.b().device.transport_counters(),
+    );
+    assert_eq!(ca.retries, 1, "the ACK was an implied NAK: {ca:?}");
+    assert_eq!(cb.duplicate_requests, 1, "the READ came again: {cb:?}");
+}

@@ -427,6 +427,10 @@ pub(crate) struct Responder {
     pub replay: VecDeque<ReplayEntry>,
     /// Packets accepted since the last acknowledgement was queued.
     pub since_ack: u32,
+    /// The newest PSN a plain ACK may name: the last SEND or WRITE packet executed. A
+    /// READ or atomic is answered by its own response, and an ACK naming its PSN tells
+    /// a requester it completed — rxe then completes the READ without its data.
+    pub ackable_psn: Option<u32>,
     /// Most entries `pending` may hold (see [`Responder::has_room`]).
     pub pending_limit: usize,
 }
@@ -445,6 +449,7 @@ impl Responder {
             pending: VecDeque::new(),
             replay: VecDeque::new(),
             since_ack: 0,
+            ackable_psn: None,
             pending_limit: 2 * resources + PENDING_SLACK,
         }
     }

@@ -152,9 +152,12 @@ impl<I: Io> Engine<I> {
                 responder.since_ack += 1;
                 if executed.answered {
                     responder.since_ack = 0;
-                } else if repr.bth.ack_request || executed.message_end || responder.since_ack >= ACK_COALESCE {
-                    responder.since_ack = 0;
-                    queue_ack(&mut responder.pending, psn);
+                } else {
+                    responder.ackable_psn = Some(psn);
+                    if repr.bth.ack_request || executed.message_end || responder.since_ack >= ACK_COALESCE {
+                        responder.since_ack = 0;
+                        queue_ack(&mut responder.pending, psn);
+                    }
                 }
                 let kick = !responder.pending.is_empty();
                 if executed.message_end {
@@ -268,9 +271,16 @@ impl<I: Io> Engine<I> {
         }
         match operation {
             o if op::is_send(o) || op::is_write(o) => {
-                // Not executed again; re-acknowledge everything received (C9-105).
-                let last = psn_add(responder.epsn, super::qp_runtime::PSN_MASK);
-                queue_ack(&mut responder.pending, last);
+                // Not executed again; re-acknowledge what was received (C9-105) up to the
+                // last SEND/WRITE, as rxe does (its `resp.ack_psn`). Never `epsn - 1`
+                // when that is a READ or an atomic: an ACK naming a READ's PSN is taken by
+                // rxe's completer as the READ's completion, without data when the READ
+                // response was lost, and nvmet-rdma stored a buffer it never filled.
+                let acknowledged = responder
+                    .ackable_psn
+                    .filter(|&ackable| psn_diff(ackable, psn) >= 0)
+                    .unwrap_or(psn);
+                queue_ack(&mut responder.pending, acknowledged);
             }
             op::READ_REQUEST => {
                 let Some(reth) = repr.reth else { return };

@@ -12,6 +12,9 @@
 //!   destination QP and PSN, and no frame of the capture is malformed or carries an expert
 //!   item of severity error (IP and UDP checksums are checked);
 //!
+//! and, between frames, no plain ACK names the PSN of an RDMA READ request
+//! ([`conversation`]: a requester may take it as the READ's completion without data);
+//!
 //! and the capture holds at least one RoCEv2 frame (unless allowed empty): a check of
 //! nothing proves nothing. Zero UDP checksums over IPv6, which Linux rdma_rxe and this
 //! project send, are accepted only when asked for ([`CheckOptions::allow_zero_udp_checksum`]),
@@ -29,6 +32,7 @@
 #![deny(unsafe_code)]
 
 pub mod capture;
+pub mod conversation;
 pub mod roce;
 pub mod tshark;
 
@@ -259,6 +263,7 @@ pub fn check_file(path: &Path, options: &CheckOptions) -> Result<Report, CheckEr
         );
     }
     let (mut roce_frames, mut ipv6_frames) = (0, 0);
+    let mut checked = Vec::new();
     for (packet, seen) in packets
         .iter()
         .zip(decoded.iter().map(Some).chain(std::iter::repeat(None)))
@@ -274,6 +279,7 @@ pub fn check_file(path: &Path, options: &CheckOptions) -> Result<Report, CheckEr
             Classified::Roce(frame) => {
                 roce_frames += 1;
                 ipv6_frames += u64::from(frame.ipv6);
+                checked.push((packet.number, frame));
                 zero_checksum_v6 = frame.ipv6 && frame.udp_checksum == 0;
                 if packet.bytes.len() < packet.original_length as usize {
                     problem(
@@ -319,6 +325,16 @@ pub fn check_file(path: &Path, options: &CheckOptions) -> Result<Report, CheckEr
                 problem(number, format!("tshark: {error}"));
             }
         }
+    }
+    for found in conversation::acks_naming_reads(checked.iter().map(|(number, frame)| (*number, frame))) {
+        problem(
+            Some(found.ack_frame),
+            format!(
+                "a plain ACK to QP {:#x} names PSN {}, the PSN of the RDMA READ request in frame {} (to QP {:#x}): \
+                 a requester may complete the READ without its data",
+                found.requester_qp, found.psn, found.read_frame, found.responder_qp
+            ),
+        );
     }
     if roce_frames == 0 && !options.allow_empty {
         problems.push(Problem {

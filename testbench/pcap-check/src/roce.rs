@@ -5,6 +5,9 @@
 /// UDP destination port of RoCEv2.
 pub const ROCE_V2_PORT: u16 = 4791;
 
+/// BTH opcode of an RC Acknowledge (AETH follows the BTH).
+pub const RC_ACKNOWLEDGE: u8 = 0x11;
+
 /// BTH (12) + ICRC (4): the shortest RoCEv2 UDP payload.
 const MIN_ROCE_PAYLOAD: usize = 12 + 4;
 
@@ -19,6 +22,13 @@ pub struct RoceFrame {
     pub destination_qp: u32,
     /// BTH PSN.
     pub psn: u32,
+    /// IP source address (IPv4 as an IPv4-mapped IPv6 address).
+    pub source: [u8; 16],
+    /// IP destination address (IPv4 as an IPv4-mapped IPv6 address).
+    pub destination: [u8; 16],
+    /// The AETH syndrome of an RC Acknowledge (opcode 0x11); `None` for other opcodes
+    /// or an Acknowledge too short to hold one.
+    pub ack_syndrome: Option<u8>,
     /// The UDP checksum as sent (0: none).
     pub udp_checksum: u16,
     /// The ICRC on the wire, read least-significant byte first.
@@ -62,6 +72,8 @@ pub fn classify(frame: &[u8]) -> Classified {
         ethertype = inner;
         ip += 4;
     }
+    let mut source = [0u8; 16];
+    let mut destination = [0u8; 16];
     let (ipv6, ip_end, udp) = match ethertype {
         0x0800 => {
             let Some(&first) = frame.get(ip) else {
@@ -79,6 +91,11 @@ pub fn classify(frame: &[u8]) -> Classified {
             if read_u16(frame, ip + header + 2) == Some(ROCE_V2_PORT) && fragment & 0x2000 != 0 {
                 return Classified::Malformed("a fragmented IPv4 packet (RoCEv2 is never fragmented)".into());
             }
+            for (address, at) in [(&mut source, ip + 12), (&mut destination, ip + 16)] {
+                address[10] = 0xFF;
+                address[11] = 0xFF;
+                address[12..].copy_from_slice(&frame[at..at + 4]);
+            }
             (false, ip + total, ip + header)
         }
         0x86DD => {
@@ -86,6 +103,8 @@ pub fn classify(frame: &[u8]) -> Classified {
                 return Classified::NotRoce;
             }
             let payload = usize::from(read_u16(frame, ip + 4).unwrap_or(0));
+            source.copy_from_slice(&frame[ip + 8..ip + 24]);
+            destination.copy_from_slice(&frame[ip + 24..ip + 40]);
             (true, ip + 40 + payload, ip + 40)
         }
         _ => return Classified::NotRoce,
@@ -140,11 +159,16 @@ pub fn classify(frame: &[u8]) -> Classified {
         frame[icrc_at + 2],
         frame[icrc_at + 3],
     ]);
+    let opcode = frame[bth];
+    let ack_syndrome = (opcode == RC_ACKNOWLEDGE && bth + 12 + 4 <= icrc_at).then(|| frame[bth + 12]);
     Classified::Roce(RoceFrame {
         ipv6,
-        opcode: frame[bth],
+        opcode,
         destination_qp: u32::from_be_bytes([0, frame[bth + 5], frame[bth + 6], frame[bth + 7]]),
         psn: u32::from_be_bytes([0, frame[bth + 9], frame[bth + 10], frame[bth + 11]]),
+        source,
+        destination,
+        ack_syndrome,
         udp_checksum: read_u16(frame, udp + 6).unwrap_or(0),
         icrc_wire,
         icrc_computed,
@@ -185,6 +209,32 @@ mod tests {
         assert_eq!(roce(&packets[2].bytes).psn, 0xFF_FFFF);
         // Frame 8 is frame 1 with FECN set after the ICRC: masked, still good.
         assert_eq!(roce(&packets[7].bytes).icrc_computed, first.icrc_computed);
+        assert_eq!(first.ack_syndrome, None, "a WRITE holds no AETH");
+    }
+
+    #[test]
+    fn addresses_and_an_acknowledges_syndrome_are_read() {
+        let packets = read_capture(TEST_FRAMES).unwrap();
+        let mut frame = packets[0].bytes.clone();
+        let v4 = roce(&frame);
+        let mapped = |a: &[u8]| {
+            let mut m = [0u8; 16];
+            m[10] = 0xFF;
+            m[11] = 0xFF;
+            m[12..].copy_from_slice(a);
+            m
+        };
+        assert_eq!(v4.source, mapped(&frame[14 + 12..14 + 16]));
+        assert_eq!(v4.destination, mapped(&frame[14 + 16..14 + 20]));
+        let v6_frame = &packets[4].bytes;
+        let v6 = roce(v6_frame);
+        assert_eq!(v6.source[..], v6_frame[14 + 8..14 + 24]);
+        assert_eq!(v6.destination[..], v6_frame[14 + 24..14 + 40]);
+        // The same bytes read as an Acknowledge: the syndrome is the byte after the BTH.
+        let bth = 14 + 20 + 8;
+        frame[bth] = RC_ACKNOWLEDGE;
+        frame[bth + 12] = 0x1F;
+        assert_eq!(roce(&frame).ack_syndrome, Some(0x1F));
     }
 
     #[test]

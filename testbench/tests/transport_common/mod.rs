@@ -15,7 +15,7 @@ use rnic_testbench::harness::{
 };
 
 /// What the tap does with a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fate {
     /// Let it through.
     Pass,
@@ -26,6 +26,8 @@ pub enum Fate {
     /// Hold it back until the next frame of this port has gone (reorder by one; the
     /// port must send another frame).
     Hold,
+    /// Send this frame in its place (what another implementation would have sent).
+    Replace(Vec<u8>),
 }
 
 /// A rule deciding each transmitted frame's fate from its parsed headers and its index
@@ -94,6 +96,10 @@ impl Port for Node {
                     if let Some(previous) = self.held.replace(frame) {
                         return Some(previous);
                     }
+                }
+                Fate::Replace(replacement) => {
+                    self.h.device.recycle_frame(frame);
+                    return Some(replacement);
                 }
             }
         }
