@@ -154,17 +154,59 @@ fn rdma_server_and_rdma_client_use_the_synchronous_endpoint_api() {
 /// qperf's server never destroys its connection's id, only the listener and the event
 /// channel, then exits; its client waits for DISCONNECTED after its `rdma_disconnect`.
 /// Linux destroys the ids left on a closed channel (the DREP goes out), and so do we.
+///
+/// Debian's qperf 0.4.11 has a race of its own: its server sends the client the port
+/// before it calls `rdma_listen` (fixed upstream after that release, linux-rdma/qperf
+/// 118a571 "Fix rdmacm race"), so now and then the client's REQ comes first and is
+/// rejected — invalid Service ID, as Linux's CM answers a REQ nobody listens for. A run
+/// that failed exactly so (our server's log shows the REJ for the port before the line
+/// saying it listens on it) is run again; any other failure fails the test.
 #[test]
 fn qperf_cm_runs_its_rc_tests_one_connection_after_another() {
     if !require("qperf") {
         return;
     }
     let _turn = common::take_turn();
+    let tests = ["rc_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"];
+    let mut raced = Vec::new();
+    let (client, stdout, report) = loop {
+        let (client, server) = run_qperf(&tests);
+        let stdout = String::from_utf8_lossy(&client.stdout).into_owned();
+        let server_log = strip_ansi(&String::from_utf8_lossy(&server.stderr));
+        let report = format!(
+            "qperf -cm1 ({}; earlier runs lost qperf's own race on ports {raced:?})\n--- client stdout\n{stdout}\n\
+             --- client stderr\n{}\n--- server stderr\n{server_log}",
+            client.status,
+            String::from_utf8_lossy(&client.stderr),
+        );
+        match rejected_before_listening(&server_log) {
+            Some(port) if !client.status.success() && raced.len() < 3 => {
+                eprintln!("qperf's server sent port {port} before it listened (its own race): running it again");
+                raced.push(port);
+            }
+            _ => break (client, stdout, report),
+        }
+    };
+    assert!(client.status.success(), "{report}");
+    for test in tests {
+        assert!(stdout.contains(&format!("{test}:")), "{test} missing: {report}");
+    }
+    // Three bandwidths and one latency, each a positive figure.
+    let figures: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(_, v)| v.trim()))
+        .filter_map(|v| v.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(figures.len() == 4 && figures.iter().all(|f| *f > 0.0), "{report}");
+}
+
+/// One qperf server and one client running `tests` over the connection manager; the
+/// server logs when it listens.
+fn run_qperf(tests: &[&str]) -> (std::process::Output, std::process::Output) {
     let (server_ip, client_ip, port) = ("127.0.4.31", "127.0.4.32", "19530");
     // The server forks a worker per test and listens for ever: it is stopped below.
-    let server = spawn_group("qperf", &["--listen_port", port], server_ip);
+    let server = spawn_group_logging_listen("qperf", &["--listen_port", port], server_ip);
     common::wait_for_listener(port.parse().expect("port"), Duration::from_secs(30));
-    let tests = ["rc_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"];
     let mut args = vec![
         "--listen_port",
         port,
@@ -178,27 +220,72 @@ fn qperf_cm_runs_its_rc_tests_one_connection_after_another() {
     args.extend(tests);
     let client = spawn_group("qperf", &args, client_ip);
     let client = client.wait(Duration::from_secs(120));
+    if !client.status.success() {
+        // A worker whose REQ came too early goes on to listen: let it say so before it is
+        // stopped.
+        if let Some((port, _)) = rejected_port(&strip_ansi(&server.stderr_so_far())) {
+            server.wait_for_stderr(&format!("0.0.0.0:{port})"), Duration::from_secs(5));
+        }
+    }
     let server_pid = server.id();
     kill_group(server_pid);
-    let server = server.wait(Duration::from_secs(10));
-    let stdout = String::from_utf8_lossy(&client.stdout).into_owned();
-    let report = format!(
-        "qperf -cm1 ({})\n--- client stdout\n{stdout}\n--- client stderr\n{}\n--- server stderr\n{}",
-        client.status,
-        String::from_utf8_lossy(&client.stderr),
-        String::from_utf8_lossy(&server.stderr),
-    );
-    assert!(client.status.success(), "{report}");
-    for test in tests {
-        assert!(stdout.contains(&format!("{test}:")), "{test} missing: {report}");
+    (client, server.wait(Duration::from_secs(10)))
+}
+
+/// The port of the first REQ our connection manager rejected because nothing listened
+/// on it, and where that line ends in `server_log`.
+fn rejected_port(server_log: &str) -> Option<(u16, usize)> {
+    let at = server_log.find("REQ for a port nobody listens on")?;
+    let line = server_log[at..].lines().next()?;
+    let port = line
+        .split_once("port=")?
+        .1
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    Some((port, at + line.len()))
+}
+
+/// The port of a REQ our connection manager rejected because nothing listened on it yet,
+/// when the same log later says an id listens on that port: qperf's race, not ours.
+fn rejected_before_listening(server_log: &str) -> Option<u16> {
+    let (port, end) = rejected_port(server_log)?;
+    let listening = format!("{LISTENING}: listening source=Some(0.0.0.0:{port})");
+    let (before, after) = server_log.split_at(end);
+    (!before.contains(&listening) && after.contains(&listening)).then_some(port)
+}
+
+/// `text` without ANSI colour sequences (`ESC [ … m`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
     }
-    // Three bandwidths and one latency, each a positive figure.
-    let figures: Vec<f64> = stdout
-        .lines()
-        .filter_map(|l| l.split_once('=').map(|(_, v)| v.trim()))
-        .filter_map(|v| v.split_whitespace().next()?.parse().ok())
-        .collect();
-    assert!(figures.len() == 4 && figures.iter().all(|f| *f > 0.0), "{report}");
+    out
+}
+
+#[test]
+fn the_qperf_race_is_told_from_other_rejections() {
+    let raced = " WARN rnic::diag: REQ for a port nobody listens on: REJ invalid Service ID count=1 port=33361 from=127.0.4.32\n \
+                 INFO rnic::cm::listen: listening source=Some(0.0.0.0:33361)\n";
+    assert_eq!(rejected_before_listening(raced), Some(33361));
+    // Nobody listened at all, or the listener was there before: a real rejection.
+    let never =
+        " WARN rnic::diag: REQ for a port nobody listens on: REJ invalid Service ID count=1 port=33361 from=x\n";
+    assert_eq!(rejected_before_listening(never), None);
+    let earlier = format!(" INFO rnic::cm::listen: listening source=Some(0.0.0.0:33361)\n{raced}");
+    assert_eq!(rejected_before_listening(&earlier), None);
+    assert_eq!(strip_ansi("\u{1b}[2mport\u{1b}[0m=1"), "port=1");
 }
 
 /// Builds `tests/c/SOURCE` against the installed rdma-core headers and libraries (which

@@ -149,6 +149,11 @@ impl Running {
         false
     }
 
+    /// What the program has written on stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.stderr_so_far.lock().expect("output lock")).into_owned()
+    }
+
     /// The process id.
     pub fn id(&self) -> u32 {
         self.child.id()
