@@ -156,6 +156,28 @@ fn session_fds() -> Vec<String> {
     targets
 }
 
+/// What the kernel's socket tables say of `target` (`socket:[INODE]`): the table and
+/// its line (for a Unix socket: state 01 listening, 03 connected, and the path it is
+/// bound or was accepted on), or that no table lists it.
+fn socket_details(target: &str) -> String {
+    let Some(inode) = target.strip_prefix("socket:[").and_then(|rest| rest.strip_suffix(']')) else {
+        return "not a socket".into();
+    };
+    // Each table with the column of its inode.
+    for (table, column) in [("unix", 6), ("udp", 9), ("udp6", 9), ("tcp", 9), ("tcp6", 9)] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/net/{table}")) else {
+            continue;
+        };
+        if let Some(line) = text
+            .lines()
+            .find(|line| line.split_whitespace().nth(column) == Some(inode))
+        {
+            return format!("{table}: {}", line.trim());
+        }
+    }
+    "in no socket table of /proc/net".into()
+}
+
 impl Session {
     fn new() -> io::Result<Self> {
         let directory = std::env::temp_dir().join(format!("rnic-fuzz-vfio-user-{}", std::process::id()));
@@ -216,14 +238,18 @@ impl Session {
             "the server still serves a client that hung up (client socket {client_socket:?}): {stats:?}"
         );
         let now = session_fds();
-        assert!(
-            now == self.baseline_fds,
-            "descriptors left open after the client hung up: {now:?}, with no client {:?}; the client's \
-             socket was {client_socket:?}; the server accepted {} clients and saw {} go",
-            self.baseline_fds,
-            stats.connections,
-            stats.disconnections
-        );
+        if now != self.baseline_fds {
+            let extra: Vec<String> = now
+                .iter()
+                .filter(|target| !self.baseline_fds.contains(target))
+                .map(|target| format!("{target} = {}", socket_details(target)))
+                .collect();
+            panic!(
+                "descriptors left open after the client hung up: {now:?}, with no client {:?}; the extra ones: \
+                 {extra:?}; the client's socket was {client_socket:?}; the server accepted {} clients and saw {} go",
+                self.baseline_fds, stats.connections, stats.disconnections
+            );
+        }
         Ok(())
     }
 
@@ -395,4 +421,30 @@ pub fn run(data: &[u8]) {
         let session = cell.as_mut().expect("just created");
         session.run(data).expect("socket I/O with the server");
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn a_leaked_socket_is_described_from_the_kernels_tables() {
+        let directory = std::env::temp_dir().join(format!("rnic-socket-details-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let path = directory.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let target = std::fs::read_link(format!("/proc/self/fd/{}", listener.as_raw_fd())).unwrap();
+        let details = socket_details(&target.to_string_lossy());
+        assert!(details.starts_with("unix: "), "{details}");
+        assert!(
+            details.contains(" 01 ") && details.ends_with("s.sock"),
+            "listening, on its path: {details}"
+        );
+        assert_eq!(socket_details("/memfd:x (deleted)"), "not a socket");
+        assert_eq!(socket_details("socket:[1]"), "in no socket table of /proc/net");
+        drop(listener);
+        let _ = std::fs::remove_dir_all(&directory);
+    }
 }
