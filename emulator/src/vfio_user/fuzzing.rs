@@ -26,9 +26,11 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
+use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::protocol::{command, header_flags, DeviceInfo, Header, Version, HEADER_SIZE};
 use super::server::{Limits, Server, ServerOptions};
@@ -180,7 +182,13 @@ fn socket_details(target: &str) -> String {
 
 impl Session {
     fn new() -> io::Result<Self> {
-        let directory = std::env::temp_dir().join(format!("rnic-fuzz-vfio-user-{}", std::process::id()));
+        // One directory per session, so sessions in one process (tests) never share a path.
+        static SESSIONS: AtomicU64 = AtomicU64::new(0);
+        let directory = std::env::temp_dir().join(format!(
+            "rnic-fuzz-vfio-user-{}-{}",
+            std::process::id(),
+            SESSIONS.fetch_add(1, Ordering::Relaxed)
+        ));
         std::fs::create_dir_all(&directory)?;
         let socket = directory.join("server.sock");
         let mut options = ServerOptions::new(&socket);
@@ -218,8 +226,18 @@ impl Session {
         self.settle()
     }
 
+    /// Hangs up: shuts the client's socket down, then closes it.
+    ///
+    /// Closing alone delivers the EOF only if this close is the last reference to the
+    /// client's file. Any other task that reads the link `/proc/PID/fd/N` (`ls -l`, `lsof`,
+    /// a process monitor) holds a reference for a moment; when it is the last to let go,
+    /// the server sees the EOF after that task's release, perhaps after the settle below
+    /// has already found the server idle and the check that follows it fails. A shutdown
+    /// reaches the server's end at once, whoever else holds the file.
     fn hang_up(&mut self) -> io::Result<()> {
-        self.client = None;
+        if let Some(client) = self.client.take() {
+            client.shutdown(Shutdown::Both)?;
+        }
         self.settle()
     }
 
@@ -438,6 +456,26 @@ pub fn run(data: &[u8]) {
 mod tests {
     use super::*;
     use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn a_hang_up_reaches_the_server_while_another_task_still_holds_the_clients_socket() {
+        let mut session = Session::new().unwrap();
+        assert!(session.server.handle().stats().connected);
+        // What a reader of /proc/PID/fd/N holds for a moment: another reference to the
+        // client's open file, released after the harness has looked at the server.
+        let other_reference = session.client.as_ref().unwrap().try_clone().unwrap();
+        session.hang_up().unwrap();
+        let stats = session.server.handle().stats();
+        assert!(
+            !stats.connected,
+            "the server let the client go at the hang-up: {stats:?}"
+        );
+        drop(other_reference);
+        session.fresh_client().unwrap();
+        let directory = session.socket.parent().unwrap().to_path_buf();
+        drop(session);
+        let _ = std::fs::remove_dir_all(directory);
+    }
 
     #[test]
     fn a_leaked_socket_is_described_from_the_kernels_tables() {
