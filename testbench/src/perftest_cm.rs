@@ -350,12 +350,25 @@ impl CmLink {
                 );
                 break;
             };
-            if event.kind == CmEventKind::Disconnected {
-                // A DREQ from the peer is answered by disconnecting (the DREP).
-                if let Err(error) = event.id.disconnect() {
-                    tracing::debug!(%error, "answering a DREQ");
+            match event.kind {
+                CmEventKind::Disconnected => {
+                    // A DREQ from the peer is answered by disconnecting (the DREP).
+                    if let Err(error) = event.id.disconnect() {
+                        tracing::debug!(%error, "answering a DREQ");
+                    }
+                    self.disconnected.push(event.id.handle());
                 }
-                self.disconnected.push(event.id.handle());
+                // A passive id whose RTU was lost disconnects in REP_SENT without a
+                // word (as Linux); a late RTU then establishes it, and this disconnect
+                // is the DREQ.
+                CmEventKind::Established => {
+                    if let Err(error) = event.id.disconnect() {
+                        tracing::debug!(%error, "disconnecting after a late RTU");
+                    }
+                }
+                // The REP's retries ran out or the peer gave up: nothing left to wait for.
+                CmEventKind::Unreachable | CmEventKind::Rejected => self.disconnected.push(event.id.handle()),
+                _ => {}
             }
         }
         for id in self.data.iter().chain(std::iter::once(&self.id)).chain(&self.listener) {

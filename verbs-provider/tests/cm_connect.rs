@@ -7,6 +7,7 @@ mod cm_common;
 use std::net::SocketAddr;
 
 use cm_common::*;
+use rnic_hw_model::fabric::FaultPlan;
 use rnic_verbs::cm::{CmEventKind, ConnParam, PortSpace};
 use rnic_verbs::{QpState, RecvWorkRequest, SendFlags, SendWorkRequest, Sge, WcStatus, WrOpcode};
 
@@ -716,6 +717,145 @@ fn binding_a_port_follows_linuxs_rules_for_wildcards_and_families() {
     let v4_after = id(7);
     v4_after.bind_addr(SocketAddr::new(host.ip, 3260)).unwrap();
     for id in [v6_any, v4_one, again, v6_one, udp, v4_after] {
+        id.destroy().unwrap();
+    }
+}
+
+/// An active id with its own QP, established, whose RTU was lost: the passive id is still
+/// in REP_SENT (its QP RTS since the accept, as Linux's). Returns (listener, client,
+/// server, the client's QP and CQ).
+fn established_with_a_lost_rtu(
+    world: &mut World,
+) -> (
+    rnic_verbs::cm::CmId,
+    rnic_verbs::cm::CmId,
+    rnic_verbs::cm::CmId,
+    rnic_verbs::QueuePair,
+    rnic_verbs::CompletionQueue,
+) {
+    let listener = listen(world, 1, 4420, PortSpace::Tcp);
+    let host = &world.hosts[0];
+    let cq = host.context.create_cq(64, None, 0).unwrap();
+    let qp = host
+        .pd
+        .create_qp(&rnic_verbs::QpInitAttributes {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: caps(),
+            qp_type: rnic_verbs::QpType::Rc,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let client = host.channel.create_id(1, PortSpace::Tcp).unwrap();
+    client
+        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 4420), 2000)
+        .unwrap();
+    world.expect(0, CmEventKind::AddrResolved);
+    client.resolve_route(2000).unwrap();
+    world.expect(0, CmEventKind::RouteResolved);
+    client
+        .connect(&ConnParam {
+            qp_num: qp.qp_num(),
+            ..ConnParam::default()
+        })
+        .unwrap();
+    let server = world.expect(1, CmEventKind::ConnectRequest).id;
+    server.create_qp(&qp_init(&world.hosts[1].pd)).unwrap();
+    server.accept(&ConnParam::default()).unwrap();
+    world.expect(0, CmEventKind::ConnectResponse);
+    for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
+        let (attributes, mask) = client.init_qp_attr(state).unwrap();
+        qp.modify(&attributes, mask).unwrap();
+    }
+    world
+        .fabric
+        .with_fabric(|fabric| fabric.set_faults("loss=1".parse().unwrap()));
+    client.establish().unwrap();
+    let lost = world.run_for(1_000_000);
+    world
+        .fabric
+        .with_fabric(|fabric| fabric.set_faults(FaultPlan::default()));
+    assert!(world.fabric.statistics().dropped > 0, "the RTU was sent and lost");
+    assert!(
+        lost.iter().all(|(host, _)| *host == 0),
+        "the server saw no RTU: {lost:?}"
+    );
+    (listener, client, server, qp, cq)
+}
+
+#[test]
+fn a_lost_rtu_leaves_the_passive_side_in_rep_sent_and_its_disconnect_rejects_nothing() {
+    // The capture behind this test: rxe's perftest connected to ours, netem lost the RTU,
+    // the SENDs flowed anyway (our QP was RTS since the accept), and at the end our
+    // server's disconnect in REP_SENT sent a REJ that reached rxe, established and
+    // disconnecting, as "RDMA_CM_EVENT_REJECTED; error: 28". Linux sends nothing there
+    // and takes the peer's DREQ in REP_SENT.
+    let mut world = World::new(2, 13);
+    let (listener, client, server, _qp, _cq) = established_with_a_lost_rtu(&mut world);
+    let rejects_before = world.hosts[1].cm.counters().rejects_sent;
+    // The server disconnects first: its QP goes to ERR, nothing goes on the wire.
+    server.disconnect().unwrap();
+    assert_eq!(server.qp().unwrap().unwrap().state(), QpState::Err);
+    // The client, established, disconnects: its DREQ is taken in REP_SENT.
+    client.disconnect().unwrap();
+    let mut seen = world.run_until(10_000_000_000, |host, event| {
+        host == 1 && event.kind == CmEventKind::Disconnected
+    });
+    // Answering the DREQ (the DREP) ends the client's disconnect without an error.
+    server.disconnect().unwrap();
+    seen.extend(world.run_until(10_000_000_000, |host, event| {
+        host == 0 && event.kind == CmEventKind::Disconnected
+    }));
+    let client_disconnected = seen
+        .iter()
+        .find(|(host, event)| *host == 0 && event.kind == CmEventKind::Disconnected);
+    assert_eq!(client_disconnected.map(|(_, event)| event.status), Some(0));
+    assert!(
+        seen.iter().all(|(_, event)| event.kind != CmEventKind::Rejected),
+        "nobody is rejected: {:?}",
+        seen.iter().map(|(h, e)| (*h, e.kind, e.status)).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        world.hosts[1].cm.counters().rejects_sent,
+        rejects_before,
+        "no REJ from the server"
+    );
+    world.expect(0, CmEventKind::TimewaitExit);
+    world.expect(1, CmEventKind::TimewaitExit);
+    for id in [client, server, listener] {
+        id.destroy().unwrap();
+    }
+}
+
+#[test]
+fn after_a_disconnect_in_rep_sent_the_repeated_rep_brings_the_rtu_and_a_second_disconnect_sends_the_dreq() {
+    // A peer that never disconnects: the REP is retransmitted, the established client
+    // answers it with its RTU again (cm_dup_rep_handler), the server reports ESTABLISHED
+    // (Linux's cm_rtu_handler does so in REP_SENT whatever the QP's state) and its
+    // application's next disconnect is an ordinary DREQ.
+    let mut world = World::new(2, 14);
+    let (listener, client, server, _qp, _cq) = established_with_a_lost_rtu(&mut world);
+    server.disconnect().unwrap();
+    let seen = world.run_until(30_000_000_000, |host, event| {
+        host == 1 && event.kind == CmEventKind::Established
+    });
+    assert!(
+        seen.iter().all(|(_, event)| event.kind != CmEventKind::Rejected),
+        "{seen:?}"
+    );
+    assert!(
+        world.hosts[1].cm.counters().retransmissions > 0,
+        "the REP was sent again"
+    );
+    server.disconnect().unwrap();
+    let disconnected = world.expect(0, CmEventKind::Disconnected);
+    assert_eq!(disconnected.status, 0);
+    client.disconnect().unwrap();
+    world.expect(1, CmEventKind::Disconnected);
+    world.expect(0, CmEventKind::TimewaitExit);
+    world.expect(1, CmEventKind::TimewaitExit);
+    for id in [client, server, listener] {
         id.destroy().unwrap();
     }
 }

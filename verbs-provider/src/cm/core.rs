@@ -1432,25 +1432,13 @@ impl Core {
                 self.send_drep(device, tid, local, remote, &[], peer);
                 self.enter_timewait(key, now);
             }
-            CmState::RepSent(_) | CmState::MraRepRcvd(_) => {
-                self.qp_to_error(key);
-                self.send_rej(
-                    device,
-                    tid,
-                    local,
-                    remote,
-                    rej::rejected::OTHER,
-                    RejReason::ConsumerDefined,
-                    &[0; rej::ARI_LEN],
-                    0,
-                    &[],
-                    peer,
-                );
-                self.enter_timewait(key, now);
-            }
-            // Already disconnecting, in TimeWait, or not yet established: Linux moves the
-            // QP to ERR, its DREQ and DREP both fail in that state, and the call returns 0
-            // (applications disconnect again after DISCONNECTED).
+            // Already disconnecting, in TimeWait, or not yet established — REP_SENT and
+            // MRA_REP_RCVD included, where a lost RTU leaves a passive side whose QP
+            // already carries traffic: Linux (cm.c cm_send_dreq_locked, ib_send_cm_drep)
+            // moves the QP to ERR, sends neither DREQ nor DREP nor REJ, and returns 0. The
+            // REP keeps being retransmitted, and the peer's DREQ is taken in REP_SENT
+            // (`on_dreq`); a REJ here would reach a peer that is established and
+            // disconnecting as a rejection (perftest: "RDMA_CM_EVENT_REJECTED; error: 28").
             _ => self.qp_to_error(key),
         }
         Ok(())
