@@ -467,10 +467,21 @@ fn a_slow_acceptor_answers_a_repeated_req_with_an_mra() {
     }
 }
 
-#[test]
-fn an_application_with_its_own_qp_gets_connect_response_and_establishes() {
-    let mut world = World::new(2, 11);
-    let listener = listen(&world, 1, 4420, PortSpace::Tcp);
+/// An active id whose application brings its own QP (`ConnParam::qp_num`), connected up
+/// to CONNECT_RESPONSE and its QP moved to RTS with the id's attributes; the passive id
+/// has accepted (REP_SENT). The RTU is the caller's (`establish`).
+struct OwnQpConnection {
+    listener: rnic_verbs::cm::CmId,
+    client: rnic_verbs::cm::CmId,
+    request: rnic_verbs::cm::CmEvent,
+    response: rnic_verbs::cm::CmEvent,
+    qp: rnic_verbs::QueuePair,
+    /// The QP's CQ, kept alive with it.
+    cq: rnic_verbs::CompletionQueue,
+}
+
+fn connect_with_own_qp(world: &mut World) -> OwnQpConnection {
+    let listener = listen(world, 1, 4420, PortSpace::Tcp);
     let host = &world.hosts[0];
     let cq = host.context.create_cq(64, None, 0).unwrap();
     let qp = host
@@ -498,15 +509,36 @@ fn an_application_with_its_own_qp_gets_connect_response_and_establishes() {
         })
         .unwrap();
     let request = world.expect(1, CmEventKind::ConnectRequest);
-    assert_eq!(request.conn.qp_num, qp.qp_num());
     request.id.create_qp(&qp_init(&world.hosts[1].pd)).unwrap();
     request.id.accept(&ConnParam::default()).unwrap();
     let response = world.expect(0, CmEventKind::ConnectResponse);
-    assert_eq!(response.conn.qp_num, request.id.qp().unwrap().unwrap().qp_num());
     for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
         let (attributes, mask) = client.init_qp_attr(state).unwrap();
         qp.modify(&attributes, mask).unwrap();
     }
+    OwnQpConnection {
+        listener,
+        client,
+        request,
+        response,
+        qp,
+        cq,
+    }
+}
+
+#[test]
+fn an_application_with_its_own_qp_gets_connect_response_and_establishes() {
+    let mut world = World::new(2, 11);
+    let OwnQpConnection {
+        listener,
+        client,
+        request,
+        response,
+        qp,
+        cq: _cq,
+    } = connect_with_own_qp(&mut world);
+    assert_eq!(request.conn.qp_num, qp.qp_num());
+    assert_eq!(response.conn.qp_num, request.id.qp().unwrap().unwrap().qp_num());
     client.establish().unwrap();
     world.expect(1, CmEventKind::Established);
     assert_eq!(
@@ -733,41 +765,14 @@ fn established_with_a_lost_rtu(
     rnic_verbs::QueuePair,
     rnic_verbs::CompletionQueue,
 ) {
-    let listener = listen(world, 1, 4420, PortSpace::Tcp);
-    let host = &world.hosts[0];
-    let cq = host.context.create_cq(64, None, 0).unwrap();
-    let qp = host
-        .pd
-        .create_qp(&rnic_verbs::QpInitAttributes {
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap: caps(),
-            qp_type: rnic_verbs::QpType::Rc,
-            sq_sig_all: false,
-        })
-        .unwrap();
-    let client = host.channel.create_id(1, PortSpace::Tcp).unwrap();
-    client
-        .resolve_addr(None, SocketAddr::new(world.hosts[1].ip, 4420), 2000)
-        .unwrap();
-    world.expect(0, CmEventKind::AddrResolved);
-    client.resolve_route(2000).unwrap();
-    world.expect(0, CmEventKind::RouteResolved);
-    client
-        .connect(&ConnParam {
-            qp_num: qp.qp_num(),
-            ..ConnParam::default()
-        })
-        .unwrap();
-    let server = world.expect(1, CmEventKind::ConnectRequest).id;
-    server.create_qp(&qp_init(&world.hosts[1].pd)).unwrap();
-    server.accept(&ConnParam::default()).unwrap();
-    world.expect(0, CmEventKind::ConnectResponse);
-    for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
-        let (attributes, mask) = client.init_qp_attr(state).unwrap();
-        qp.modify(&attributes, mask).unwrap();
-    }
+    let OwnQpConnection {
+        listener,
+        client,
+        request,
+        qp,
+        cq,
+        ..
+    } = connect_with_own_qp(world);
     world
         .fabric
         .with_fabric(|fabric| fabric.set_faults("loss=1".parse().unwrap()));
@@ -781,7 +786,7 @@ fn established_with_a_lost_rtu(
         lost.iter().all(|(host, _)| *host == 0),
         "the server saw no RTU: {lost:?}"
     );
-    (listener, client, server, qp, cq)
+    (listener, client, request.id, qp, cq)
 }
 
 #[test]
