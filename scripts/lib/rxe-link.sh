@@ -34,6 +34,7 @@
 #   RXE_GUEST_MAC guest eth0 MAC          default 52:54:00:77:00:02 (for --peer-mac)
 #   RXE_RUN_DIR   console log, captures   default a new mktemp directory
 #   RXE_TIMEOUT   guest watchdog seconds  default 1800
+#   RXE_NETEM_EGRESS  netem options for the guest's own RoCE frames only (rxe_netem_on)
 
 RXE_LINK_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -217,20 +218,24 @@ rxe_guest_poweroff() {
 # here has no sch_netem, and rnic-emu reads the tap with a packet socket, which sees frames
 # before any tc ingress on the tap, so a host ifb could not drop guest-to-NIC frames.
 # Guest egress: prio qdisc, RoCE to a band with netem. Guest ingress: RoCE redirected to
-# ifb0, netem there. The agent's and perftest's TCP stay lossless.
+# ifb0, netem there. The agent's and perftest's TCP stay lossless. RXE_NETEM_EGRESS, when
+# set, replaces the options on the guest's egress only (the frames rxe sends).
 rxe_netem_on() {
     local opts=${*:-loss 2% delay 2ms reorder 25% 50%}
+    local egress=${RXE_NETEM_EGRESS:-$opts} what
+    what=$opts
+    [ "$egress" = "$opts" ] || what="$opts, frames from the guest $egress"
     rxe_guest_run "set -e
 modprobe ifb numifbs=1
 modprobe -a sch_netem sch_prio sch_ingress cls_u32 act_mirred
 ip link set ifb0 up
 tc qdisc add dev eth0 root handle 1: prio
-tc qdisc add dev eth0 parent 1:3 handle 30: netem limit 100000 $opts
+tc qdisc add dev eth0 parent 1:3 handle 30: netem limit 100000 $egress
 tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff flowid 1:3
 tc qdisc add dev eth0 handle ffff: ingress
 tc filter add dev eth0 parent ffff: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff action mirred egress redirect dev ifb0
 tc qdisc add dev ifb0 root netem limit 100000 $opts
-echo netem on: $opts"
+echo 'netem on: $what'"
 }
 
 # rxe_netem_off: the link lossless again.
