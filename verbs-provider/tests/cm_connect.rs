@@ -753,30 +753,14 @@ fn binding_a_port_follows_linuxs_rules_for_wildcards_and_families() {
     }
 }
 
-/// An active id with its own QP, established, whose RTU was lost: the passive id is still
-/// in REP_SENT (its QP RTS since the accept, as Linux's). Returns (listener, client,
-/// server, the client's QP and CQ).
-fn established_with_a_lost_rtu(
-    world: &mut World,
-) -> (
-    rnic_verbs::cm::CmId,
-    rnic_verbs::cm::CmId,
-    rnic_verbs::cm::CmId,
-    rnic_verbs::QueuePair,
-    rnic_verbs::CompletionQueue,
-) {
-    let OwnQpConnection {
-        listener,
-        client,
-        request,
-        qp,
-        cq,
-        ..
-    } = connect_with_own_qp(world);
+/// An active id with its own QP, established, whose RTU was lost: the passive id
+/// (`request.id`) is still in REP_SENT (its QP RTS since the accept, as Linux's).
+fn established_with_a_lost_rtu(world: &mut World) -> OwnQpConnection {
+    let connection = connect_with_own_qp(world);
     world
         .fabric
         .with_fabric(|fabric| fabric.set_faults("loss=1".parse().unwrap()));
-    client.establish().unwrap();
+    connection.client.establish().unwrap();
     let lost = world.run_for(1_000_000);
     world
         .fabric
@@ -786,7 +770,7 @@ fn established_with_a_lost_rtu(
         lost.iter().all(|(host, _)| *host == 0),
         "the server saw no RTU: {lost:?}"
     );
-    (listener, client, request.id, qp, cq)
+    connection
 }
 
 #[test]
@@ -797,7 +781,15 @@ fn a_lost_rtu_leaves_the_passive_side_in_rep_sent_and_its_disconnect_rejects_not
     // disconnecting, as "RDMA_CM_EVENT_REJECTED; error: 28". Linux sends nothing there
     // and takes the peer's DREQ in REP_SENT.
     let mut world = World::new(2, 13);
-    let (listener, client, server, _qp, _cq) = established_with_a_lost_rtu(&mut world);
+    let OwnQpConnection {
+        listener,
+        client,
+        request,
+        qp: _qp,
+        cq: _cq,
+        ..
+    } = established_with_a_lost_rtu(&mut world);
+    let server = request.id;
     let rejects_before = world.hosts[1].cm.counters().rejects_sent;
     // The server disconnects first: its QP goes to ERR, nothing goes on the wire.
     server.disconnect().unwrap();
@@ -840,7 +832,15 @@ fn after_a_disconnect_in_rep_sent_the_repeated_rep_brings_the_rtu_and_a_second_d
     // (Linux's cm_rtu_handler does so in REP_SENT whatever the QP's state) and its
     // application's next disconnect is an ordinary DREQ.
     let mut world = World::new(2, 14);
-    let (listener, client, server, _qp, _cq) = established_with_a_lost_rtu(&mut world);
+    let OwnQpConnection {
+        listener,
+        client,
+        request,
+        qp: _qp,
+        cq: _cq,
+        ..
+    } = established_with_a_lost_rtu(&mut world);
+    let server = request.id;
     server.disconnect().unwrap();
     let seen = world.run_until(30_000_000_000, |host, event| {
         host == 1 && event.kind == CmEventKind::Established
