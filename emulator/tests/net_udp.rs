@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use rnic_emu::net::udp::UdpBackend;
 use rnic_emu::net::NetBackend;
-use rnic_hw_model::wire::{self, BthOpcode, BthRepr, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, RethRepr, RoceRepr};
+use rnic_hw_model::wire::{
+    self, BthOpcode, BthRepr, EthernetRepr, Icrc, IpRepr, Ipv4Repr, Ipv6Repr, RethRepr, RoceRepr,
+};
 
 const MAC_A: [u8; 6] = [0x02, 0x52, 0x4e, 0x49, 0x43, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0x52, 0x4e, 0x49, 0x43, 0x0b];
@@ -132,6 +134,75 @@ fn ipv4_frames_cross_between_two_loopback_addresses_with_a_good_icrc() {
         expected[i] = rebuilt[i];
     }
     assert_eq!(rebuilt, expected);
+}
+
+/// `v4_frame` as a device on the in-process link emits it: the four ICRC bytes zero.
+fn offloaded(frame: &[u8]) -> Vec<u8> {
+    let mut frame = frame.to_vec();
+    let at = frame.len() - 4;
+    frame[at..].fill(0);
+    frame
+}
+
+#[test]
+fn a_frame_whose_icrc_the_device_left_to_the_link_leaves_with_the_icrc_its_headers_need() {
+    let mut a = UdpBackend::bind(ip("127.0.0.61"), MAC_A).expect("bind 127.0.0.61:4791");
+    let mut b = UdpBackend::bind(ip("127.0.0.62"), MAC_B).expect("bind 127.0.0.62:4791");
+    let payload: Vec<u8> = (0..4096u32).map(|i| (i * 13) as u8).collect();
+    // Identification 0x4321 (the datagram travels with 0) and 0 (as the device made it):
+    // either way the receiver's check passes, and the datagram is the one the same frame
+    // with its ICRC computed by the device would have made.
+    for identification in [0x4321, 0] {
+        let (_, computed) = v4_frame([127, 0, 0, 61], [127, 0, 0, 62], identification, &payload);
+        a.send(&computed);
+        let by_the_device = receive(&mut b).expect("the frame with its ICRC");
+        let mut frame = offloaded(&computed);
+        a.send_offloaded(&mut frame, Icrc::Offloaded);
+        let by_the_backend = receive(&mut b).expect("the frame with its ICRC left to the link");
+        let parsed = wire::parse_frame(&by_the_backend).expect("the receiver's ICRC check passes");
+        assert_eq!(parsed.payload, &payload[..]);
+        assert_eq!(by_the_backend, by_the_device, "identification {identification:#x}");
+    }
+    // A frame that says its ICRC is computed is still checked: a zero ICRC is dropped.
+    let (_, computed) = v4_frame([127, 0, 0, 61], [127, 0, 0, 62], 0, b"checked");
+    a.send_offloaded(&mut offloaded(&computed), Icrc::Computed);
+    assert_eq!(a.stats().tx_dropped, 1);
+    assert_eq!(a.stats().frames_sent, 4);
+    assert_eq!(b.stats().frames_received, 4);
+}
+
+#[test]
+fn held_back_datagrams_arrive_whole_and_in_order_however_the_kernel_is_asked_to_cut_them() {
+    let mut a = UdpBackend::bind(ip("127.0.0.63"), MAC_A).expect("bind 127.0.0.63:4791");
+    let mut b = UdpBackend::bind(ip("127.0.0.64"), MAC_B).expect("bind 127.0.0.64:4791");
+    a.set_send_batching(true);
+    // Payload lengths: more equal ones than one cut message may carry, a shorter one that
+    // ends a run, a run that starts short and cannot take the longer ones after it, and
+    // many small ones.
+    let mut lengths = vec![4096; 17];
+    lengths.extend([100, 512, 4096, 4096, 2000, 4096, 8]);
+    lengths.extend([1024; 70]);
+    let payloads: Vec<Vec<u8>> = lengths
+        .iter()
+        .enumerate()
+        .map(|(n, &length)| (0..length).map(|i| (i * 31 + n * 7) as u8).collect())
+        .collect();
+    for (n, payload) in payloads.iter().enumerate() {
+        let (_, frame) = v4_frame([127, 0, 0, 63], [127, 0, 0, 64], 0, payload);
+        let mut frame = offloaded(&frame);
+        a.send_offloaded(&mut frame, Icrc::Offloaded);
+        if n == 40 {
+            a.flush();
+        }
+    }
+    a.flush();
+    for (n, payload) in payloads.iter().enumerate() {
+        let frame = receive(&mut b).unwrap_or_else(|| panic!("datagram {n} of {}", payloads.len()));
+        let parsed = wire::parse_frame(&frame).unwrap_or_else(|error| panic!("datagram {n}: {error}"));
+        assert_eq!(parsed.payload, &payload[..], "datagram {n}");
+    }
+    assert_eq!(a.stats().frames_sent, payloads.len() as u64);
+    assert_eq!(a.stats().tx_errors, 0);
 }
 
 #[test]

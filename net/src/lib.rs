@@ -6,7 +6,7 @@
 //! use it without the emulator's command line and configuration.
 //!
 //! The server loop owns the device and one [`NetBackend`]; each pass it hands every frame
-//! from `Device::poll_transmit` to [`NetBackend::send`] and every frame from
+//! from `Device::poll_transmit_offloaded` to [`NetBackend::send_offloaded`] and every frame from
 //! [`NetBackend::receive`] to `Device::receive_frame`. Backends never block: the loop
 //! waits on [`NetBackend::pollable_fd`] together with the vfio-user sockets, so the device
 //! stays single-threaded and realtime pacing is untouched.
@@ -24,6 +24,8 @@
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
+
+use rnic_hw_model::wire::{self, Icrc};
 
 pub mod eth;
 pub mod none;
@@ -68,6 +70,19 @@ pub trait NetBackend: Send + std::fmt::Debug {
 
     /// Sends one Ethernet frame (no FCS) as the device transmitted it.
     fn send(&mut self, frame: &[u8]);
+
+    /// Sends one frame as [`NetBackend::send`], its ICRC possibly left to the backend:
+    /// [`Icrc::Offloaded`] says the frame comes unaltered from a device in this process and
+    /// its ICRC field is zero. A backend that rewrites the headers the ICRC covers (`udp:`)
+    /// then computes it once, for what it sends, instead of the device computing it, the
+    /// backend checking it and computing it again; the default fills it in and sends the
+    /// frame as it is.
+    fn send_offloaded(&mut self, frame: &mut [u8], icrc: Icrc) {
+        if icrc == Icrc::Offloaded {
+            wire::fill_icrc(frame);
+        }
+        self.send(frame);
+    }
 
     /// Moves the next received frame, if any, into `frame` (cleared first) and returns
     /// `true`; returns `false` at once when nothing is waiting.

@@ -6,7 +6,10 @@
 //! **Transmit.** The device's frame is parsed ([`wire::parse_frame`]; frames that are not
 //! valid RoCEv2 are dropped and counted) and its UDP payload (BTH ... ICRC) is sent to
 //! `destination IP:4791`, from a socket bound to `IP:source port of the frame` (one socket
-//! per flow, opened on first use), so the receiver sees the frame's UDP source port.
+//! per flow, opened on first use), so the receiver sees the frame's UDP source port. A
+//! frame the device left its ICRC to the link for ([`NetBackend::send_offloaded`], as the
+//! server sends without `--pcap`) is not checked: its ICRC is computed once, here, for the
+//! headers it travels with.
 //!
 //! **Receive.** A datagram from `peer:port` becomes a whole Ethernet/IP/UDP frame for the
 //! device: destination MAC = ours, source MAC = the MAC our own device last sent to that
@@ -36,7 +39,9 @@
 //! `recvmmsg`, up to [`RECEIVE_BATCH`] per call, and handed to the device one by one.
 //! With [`NetBackend::set_send_batching`] on (the vfio-user server turns it on) sends are
 //! held until [`NetBackend::flush`] and go out with `sendmmsg`, one call per flow and
-//! burst. Both sockets' buffers are sized for a whole window of 4 KiB packets
+//! burst; a run of datagrams of one length for one destination (a multi-packet message)
+//! is one message of that call, which the kernel cuts into the datagrams (UDP generic
+//! segmentation offload), so its stack is traversed once per run, not once per packet. Both sockets' buffers are sized for a whole window of 4 KiB packets
 //! ([`RECEIVE_BUFFER_BYTES`], [`SEND_BUFFER_BYTES`]). When the kernel still refuses a
 //! datagram for want of send-buffer room, the backend waits until the socket drains
 //! ([`NetStats::tx_stalls`], at most [`SEND_STALL_LIMIT`] per datagram) instead of dropping
@@ -50,7 +55,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 
 use rnic_hw_model::wire::{
-    self, bth, icrc, ipv6, udp, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, UdpRepr, ROCE_V2_UDP_PORT,
+    self, bth, icrc, ipv6, udp, EthernetRepr, Icrc, IpRepr, Ipv4Repr, Ipv6Repr, UdpRepr, ROCE_V2_UDP_PORT,
 };
 
 use super::{NetBackend, NetStats};
@@ -107,12 +112,14 @@ pub struct UdpBackend {
     flows: HashMap<u16, Option<UdpSocket>>,
     /// Destination MAC of our last frame to each peer IP: the source MAC of its frames.
     peer_macs: HashMap<IpAddr, [u8; 6]>,
-    tx: Vec<u8>,
     /// Datagrams waiting for [`NetBackend::flush`]: their bytes one after another in
     /// `pending_bytes`, each as (end in it, UDP source port wanted, destination).
     pending_bytes: Vec<u8>,
     pending: Vec<(usize, u16, SocketAddr)>,
     batching: bool,
+    /// Whether runs of datagrams go as one message the kernel cuts (`UDP_SEGMENT`); off
+    /// for good once the kernel refuses it.
+    segmentation: bool,
     /// The last `recvmmsg` batch and the next datagram of it to hand out.
     rx_batch: rnic_os::DatagramBatch,
     rx_next: usize,
@@ -141,10 +148,10 @@ impl UdpBackend {
             socket,
             flows: HashMap::new(),
             peer_macs: HashMap::new(),
-            tx: Vec::with_capacity(9000),
             pending_bytes: Vec::with_capacity(SEND_BATCH * 4200),
             pending: Vec::with_capacity(SEND_BATCH),
             batching: false,
+            segmentation: true,
             rx_batch: rnic_os::DatagramBatch::new(RECEIVE_BATCH, RECEIVE_SLOT),
             rx_next: 0,
             stats: NetStats::default(),
@@ -193,57 +200,168 @@ impl UdpBackend {
         }
     }
 
+    /// Parses the device's frame and queues its UDP payload (BTH ... ICRC) for
+    /// [`NetBackend::flush`], written once into the pending bytes. The ICRC is computed
+    /// here, once, when the device left it to the link ([`Icrc::Offloaded`]) or when the
+    /// headers the datagram really travels with differ from the frame's (see the module
+    /// documentation); otherwise the frame's own, checked by the parse, goes out.
+    fn queue_datagram(&mut self, frame: &[u8], icrc: Icrc) {
+        let parsed = match wire::parse_frame_with(frame, icrc) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                self.stats.tx_dropped += 1;
+                tracing::debug!(target: "rnic_emu::net", %error, "transmitted frame is not valid RoCEv2; dropped");
+                return;
+            }
+        };
+        let repr = parsed.repr;
+        let (_, destination) = ip_addresses(&repr.ip);
+        if destination.is_ipv4() != self.local.is_ipv4() {
+            self.stats.tx_dropped += 1;
+            tracing::debug!(target: "rnic_emu::net", %destination, local = %self.local,
+                "destination of another IP version than the backend; dropped");
+            return;
+        }
+        // The frame's extent is the UDP length, not the buffer (Ethernet padding).
+        let start = repr.ethernet.header_len() + repr.ip.header_len() + udp::HEADER_LEN;
+        let end = wire::frame_length(&repr, parsed.payload.len());
+        if self.peer_macs.len() < MAX_PEERS || self.peer_macs.contains_key(&destination) {
+            self.peer_macs.insert(destination, repr.ethernet.destination);
+        }
+        let wanted_port = repr.udp_source_port;
+        let (_, port) = self.flow_socket(wanted_port);
+        // The headers the receiver rebuilds and checks the ICRC against.
+        let (sent_ip, exact) = match repr.ip {
+            IpRepr::V4(mut v4) => {
+                let exact = v4.identification == 0 && v4.dont_fragment && port == wanted_port;
+                v4.identification = 0;
+                v4.dont_fragment = true;
+                (IpRepr::V4(v4), exact)
+            }
+            IpRepr::V6(v6) => (IpRepr::V6(v6), port == wanted_port),
+        };
+        let begin = self.pending_bytes.len();
+        self.pending_bytes.extend_from_slice(&frame[start..end]);
+        if icrc == Icrc::Offloaded || !exact {
+            let datagram = &mut self.pending_bytes[begin..];
+            let value = datagram_icrc(&sent_ip, port, datagram);
+            let at = datagram.len() - icrc::ICRC_LEN;
+            datagram[at..].copy_from_slice(&icrc::to_wire(value));
+        }
+        self.pending.push((
+            self.pending_bytes.len(),
+            wanted_port,
+            SocketAddr::new(destination, ROCE_V2_UDP_PORT),
+        ));
+        if !self.batching || self.pending.len() >= SEND_BATCH {
+            self.send_pending();
+        }
+    }
+
     /// Hands the held-back datagrams to the kernel, one `sendmmsg` per run of datagrams of
-    /// the same flow. A datagram the kernel refuses for want of room waits for the socket
-    /// to drain (at most [`SEND_STALL_LIMIT`]); other errors lose that datagram alone.
+    /// the same flow. Consecutive datagrams for the same destination of one length (the
+    /// last may be shorter: the sixteen packets of a 64 KiB message but the first) go as
+    /// one message the kernel cuts ([`rnic_os::send_segmented`]), so its stack is
+    /// traversed once per run instead of once per datagram; a kernel or route that
+    /// refuses that turns it off for good. A datagram the kernel refuses for want of room
+    /// waits for the socket to drain (at most [`SEND_STALL_LIMIT`]); other errors lose that
+    /// message alone.
     fn send_pending(&mut self) {
-        let mut first = 0;
-        let mut batch: Vec<(&[u8], SocketAddr)> = Vec::with_capacity(SEND_BATCH);
-        while first < self.pending.len() {
-            let port = self.pending[first].1;
+        let Self {
+            pending,
+            pending_bytes,
+            flows,
+            socket: main_socket,
+            stats,
+            segmentation,
+            ..
+        } = self;
+        let start_of = |index: usize| if index == 0 { 0 } else { pending[index - 1].0 };
+        let mut messages: Vec<rnic_os::SegmentedDatagrams<'_>> = Vec::with_capacity(rnic_os::MAX_DATAGRAM_BATCH);
+        // The datagrams in each message, and the index of the first.
+        let mut runs: Vec<(usize, usize)> = Vec::with_capacity(rnic_os::MAX_DATAGRAM_BATCH);
+        let mut next = 0;
+        while next < pending.len() {
+            let port = pending[next].1;
             // The socket flow_socket chose for the flow when the datagram was queued.
-            let socket = match self.flows.get(&port) {
+            let socket = match flows.get(&port) {
                 Some(Some(socket)) => socket,
-                _ => &self.socket,
+                _ => &*main_socket,
             };
-            let mut start = if first == 0 { 0 } else { self.pending[first - 1].0 };
-            batch.clear();
-            for &(end, flow, destination) in &self.pending[first..] {
-                if flow != port || batch.len() == rnic_os::MAX_DATAGRAM_BATCH {
-                    break;
+            messages.clear();
+            runs.clear();
+            let mut index = next;
+            while index < pending.len() && pending[index].1 == port && messages.len() < rnic_os::MAX_DATAGRAM_BATCH {
+                let (first_end, _, to) = pending[index];
+                let first_start = start_of(index);
+                let segment = first_end - first_start;
+                let (mut end, mut count) = (first_end, 1);
+                if *segmentation && segment <= usize::from(u16::MAX) {
+                    while index + count < pending.len() && count < rnic_os::MAX_SEGMENTS {
+                        let (following_end, following_port, following_to) = pending[index + count];
+                        let length = following_end - end;
+                        if following_port != port
+                            || following_to != to
+                            || length > segment
+                            || following_end - first_start > rnic_os::MAX_SEGMENTED_BYTES
+                        {
+                            break;
+                        }
+                        end = following_end;
+                        count += 1;
+                        if length < segment {
+                            break;
+                        }
+                    }
                 }
-                batch.push((&self.pending_bytes[start..end], destination));
-                start = end;
+                messages.push(rnic_os::SegmentedDatagrams {
+                    bytes: &pending_bytes[first_start..end],
+                    to,
+                    segment: (count > 1).then_some(segment as u16),
+                });
+                runs.push((index, count));
+                index += count;
             }
             let mut sent = 0;
-            while sent < batch.len() {
-                match rnic_os::send_datagrams(socket.as_fd(), &batch[sent..]) {
+            while sent < messages.len() {
+                match rnic_os::send_segmented(socket.as_fd(), &messages[sent..]) {
                     Ok(0) => break,
-                    Ok(n) => {
-                        sent += n;
-                        self.stats.frames_sent += n as u64;
+                    Ok(taken) => {
+                        let datagrams: usize = runs[sent..sent + taken].iter().map(|&(_, count)| count).sum();
+                        stats.frames_sent += datagrams as u64;
+                        sent += taken;
                     }
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
-                        self.stats.tx_stalls += 1;
+                        stats.tx_stalls += 1;
                         if !matches!(rnic_os::wait_writable(socket.as_fd(), SEND_STALL_LIMIT), Ok(true)) {
-                            self.stats.tx_errors += 1;
+                            stats.tx_errors += runs[sent].1 as u64;
                             tracing::debug!(target: "rnic_emu::net", "UDP send buffer stayed full; frame lost");
                             sent += 1;
                         }
                     }
+                    Err(error) if messages[sent].segment.is_some() => {
+                        // Not for want of room: this kernel or route does not cut datagrams
+                        // (an old kernel, a device without checksum offload). Its datagrams,
+                        // and all later ones, go one per message.
+                        *segmentation = false;
+                        tracing::info!(target: "rnic_emu::net", %error,
+                            "the kernel refused UDP segmentation; one datagram per message from now on");
+                        index = runs[sent].0;
+                        break;
+                    }
                     Err(error) => {
                         // The datagram at `sent` is refused (unreachable, ...): it is lost,
                         // as on a wire; the rest still go.
-                        self.stats.tx_errors += 1;
-                        tracing::debug!(target: "rnic_emu::net", destination = %batch[sent].1, %error, "UDP send failed; frame lost");
+                        stats.tx_errors += runs[sent].1 as u64;
+                        tracing::debug!(target: "rnic_emu::net", destination = %messages[sent].to, %error, "UDP send failed; frame lost");
                         sent += 1;
                     }
                 }
             }
-            first += batch.len();
+            next = index;
         }
-        self.pending.clear();
-        self.pending_bytes.clear();
+        pending.clear();
+        pending_bytes.clear();
     }
 }
 
@@ -304,57 +422,11 @@ impl NetBackend for UdpBackend {
     }
 
     fn send(&mut self, frame: &[u8]) {
-        let parsed = match wire::parse_frame(frame) {
-            Ok(parsed) => parsed,
-            Err(error) => {
-                self.stats.tx_dropped += 1;
-                tracing::debug!(target: "rnic_emu::net", %error, "transmitted frame is not valid RoCEv2; dropped");
-                return;
-            }
-        };
-        let repr = parsed.repr;
-        let (_, destination) = ip_addresses(&repr.ip);
-        if destination.is_ipv4() != self.local.is_ipv4() {
-            self.stats.tx_dropped += 1;
-            tracing::debug!(target: "rnic_emu::net", %destination, local = %self.local,
-                "destination of another IP version than the backend; dropped");
-            return;
-        }
-        // The frame's extent is the UDP length, not the buffer (Ethernet padding).
-        let start = repr.ethernet.header_len() + repr.ip.header_len() + udp::HEADER_LEN;
-        let end = wire::frame_length(&repr, parsed.payload.len());
-        if self.peer_macs.len() < MAX_PEERS || self.peer_macs.contains_key(&destination) {
-            self.peer_macs.insert(destination, repr.ethernet.destination);
-        }
-        let mut tx = std::mem::take(&mut self.tx);
-        tx.clear();
-        tx.extend_from_slice(&frame[start..end]);
-        let wanted_port = repr.udp_source_port;
-        let (_, port) = self.flow_socket(wanted_port);
-        let canonical = match repr.ip {
-            IpRepr::V4(mut v4) => {
-                let exact = v4.identification == 0 && v4.dont_fragment && port == wanted_port;
-                v4.identification = 0;
-                v4.dont_fragment = true;
-                (!exact).then_some(IpRepr::V4(v4))
-            }
-            IpRepr::V6(v6) => (port != wanted_port).then_some(IpRepr::V6(v6)),
-        };
-        if let Some(ip) = canonical {
-            let value = datagram_icrc(&ip, port, &tx);
-            let at = tx.len() - icrc::ICRC_LEN;
-            tx[at..].copy_from_slice(&icrc::to_wire(value));
-        }
-        self.pending_bytes.extend_from_slice(&tx);
-        self.pending.push((
-            self.pending_bytes.len(),
-            wanted_port,
-            SocketAddr::new(destination, ROCE_V2_UDP_PORT),
-        ));
-        self.tx = tx;
-        if !self.batching || self.pending.len() >= SEND_BATCH {
-            self.send_pending();
-        }
+        self.queue_datagram(frame, Icrc::Computed);
+    }
+
+    fn send_offloaded(&mut self, frame: &mut [u8], icrc: Icrc) {
+        self.queue_datagram(frame, icrc);
     }
 
     fn set_send_batching(&mut self, on: bool) {

@@ -214,44 +214,108 @@ pub fn receive_datagrams(socket: BorrowedFd<'_>, batch: &mut DatagramBatch) -> i
 /// the kernel took, in order (fewer when its send buffer filled); `WouldBlock` when it took
 /// none.
 pub fn send_datagrams(socket: BorrowedFd<'_>, datagrams: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
-    let datagrams = &datagrams[..datagrams.len().min(MAX_BATCH)];
-    if datagrams.is_empty() {
+    let messages: Vec<SegmentedDatagrams<'_>> = datagrams
+        .iter()
+        .take(MAX_BATCH)
+        .map(|&(bytes, to)| SegmentedDatagrams {
+            bytes,
+            to,
+            segment: None,
+        })
+        .collect();
+    send_segmented(socket, &messages)
+}
+
+/// Most datagrams the kernel cuts one message of [`send_segmented`] into (its
+/// `UDP_MAX_SEGMENTS`).
+pub const MAX_SEGMENTS: usize = 64;
+
+/// Most bytes of one message of [`send_segmented`]: a message travels the stack as one
+/// IP packet before it is cut, so it must fit one (65 535 bytes with IP and UDP headers).
+pub const MAX_SEGMENTED_BYTES: usize = 65_000;
+
+/// One message of [`send_segmented`]: `bytes` for `to`, sent as one datagram (`segment`
+/// `None`), or cut by the kernel into datagrams of `segment` bytes each, the last one
+/// possibly shorter (UDP generic segmentation offload, `UDP_SEGMENT`): the stack is
+/// traversed once for all of them. At most [`MAX_SEGMENTS`] datagrams and
+/// [`MAX_SEGMENTED_BYTES`] bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentedDatagrams<'a> {
+    /// The datagrams' payloads, one after another.
+    pub bytes: &'a [u8],
+    /// Where every datagram of the message goes.
+    pub to: SocketAddr,
+    /// Length of each datagram but the last, in bytes; `None` for one datagram.
+    pub segment: Option<u16>,
+}
+
+/// Room for one `cmsghdr` carrying a `u16` (`CMSG_SPACE(2)` is 24 bytes on Linux), aligned
+/// for the header.
+type SegmentControl = [u64; 4];
+
+/// Sends `messages` on the UDP socket `socket` with one `sendmmsg` call (at most
+/// [`MAX_BATCH`] of them), without blocking. Returns how many messages the kernel took, in
+/// order (fewer when its send buffer filled); `WouldBlock` when it took none. A kernel or
+/// route without UDP segmentation refuses a segmented message (`EINVAL`, `EIO`, ...): the
+/// caller then sends its datagrams one by one.
+pub fn send_segmented(socket: BorrowedFd<'_>, messages: &[SegmentedDatagrams<'_>]) -> io::Result<usize> {
+    let messages = &messages[..messages.len().min(MAX_BATCH)];
+    if messages.is_empty() {
         return Ok(0);
     }
     let mut names: Vec<(libc::sockaddr_storage, libc::socklen_t)> =
-        datagrams.iter().map(|(_, to)| socket_storage(to)).collect();
-    let mut iovs: Vec<libc::iovec> = datagrams
+        messages.iter().map(|message| socket_storage(&message.to)).collect();
+    let mut iovs: Vec<libc::iovec> = messages
         .iter()
-        .map(|(bytes, _)| libc::iovec {
-            iov_base: bytes.as_ptr() as *mut libc::c_void,
-            iov_len: bytes.len(),
+        .map(|message| libc::iovec {
+            iov_base: message.bytes.as_ptr() as *mut libc::c_void,
+            iov_len: message.bytes.len(),
         })
         .collect();
-    let mut messages: Vec<libc::mmsghdr> = names
+    let mut controls: Vec<SegmentControl> = vec![[0; 4]; messages.len()];
+    // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
+    let (space, length) = unsafe { (libc::CMSG_SPACE(2) as usize, libc::CMSG_LEN(2) as usize) };
+    debug_assert!(space <= std::mem::size_of::<SegmentControl>());
+    let mut headers: Vec<libc::mmsghdr> = Vec::with_capacity(messages.len());
+    for (((name, name_length), iov), (control, message)) in names
         .iter_mut()
         .zip(iovs.iter_mut())
-        .map(|((name, length), iov)| {
-            // SAFETY: msghdr is plain old data; all-zero is a valid value.
-            let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
-            header.msg_name = std::ptr::from_mut(name).cast();
-            header.msg_namelen = *length;
-            header.msg_iov = iov;
-            header.msg_iovlen = 1;
-            libc::mmsghdr {
-                msg_hdr: header,
-                msg_len: 0,
+        .zip(controls.iter_mut().zip(messages))
+    {
+        // SAFETY: msghdr is plain old data; all-zero is a valid value.
+        let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+        header.msg_name = std::ptr::from_mut(name).cast();
+        header.msg_namelen = *name_length;
+        header.msg_iov = iov;
+        header.msg_iovlen = 1;
+        if let Some(segment) = message.segment {
+            header.msg_control = control.as_mut_ptr().cast();
+            header.msg_controllen = space as _;
+            // SAFETY: `header` points at `control`, `space` bytes of room aligned for a
+            // cmsghdr, so CMSG_FIRSTHDR is that room and the u16 after the header (at
+            // CMSG_DATA, inside the room since CMSG_LEN(2) <= space) is ours to write.
+            unsafe {
+                let cmsg = libc::CMSG_FIRSTHDR(&header);
+                (*cmsg).cmsg_level = libc::SOL_UDP;
+                (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+                (*cmsg).cmsg_len = length as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment);
             }
-        })
-        .collect();
+        }
+        headers.push(libc::mmsghdr {
+            msg_hdr: header,
+            msg_len: 0,
+        });
+    }
     loop {
         // SAFETY: every mmsghdr points at its own live iovec (over the caller's live
-        // payload, which the kernel only reads) and its own live destination address; all
-        // outlive the call.
+        // payload, which the kernel only reads), its own live destination address and, for
+        // a segmented message, its own live control room; all outlive the call.
         let n = unsafe {
             libc::sendmmsg(
                 socket.as_raw_fd(),
-                messages.as_mut_ptr(),
-                messages.len() as libc::c_uint,
+                headers.as_mut_ptr(),
+                headers.len() as libc::c_uint,
                 libc::MSG_DONTWAIT,
             )
         };
@@ -289,6 +353,39 @@ mod tests {
         let error = receive_datagrams(receiver.as_fd(), &mut batch).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::WouldBlock);
         assert!(batch.is_empty());
+    }
+
+    #[test]
+    fn a_segmented_message_arrives_as_its_datagrams_in_order() {
+        let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = receiver.local_addr().unwrap();
+        // Five datagrams of 1000 bytes and a last one of 300, in one message; then one
+        // unsegmented datagram in the same call.
+        let bytes: Vec<u8> = (0..5300u32).map(|i| (i / 1000) as u8 + 1).collect();
+        let messages = [
+            SegmentedDatagrams {
+                bytes: &bytes,
+                to,
+                segment: Some(1000),
+            },
+            SegmentedDatagrams {
+                bytes: b"whole",
+                to,
+                segment: None,
+            },
+        ];
+        assert_eq!(send_segmented(sender.as_fd(), &messages).unwrap(), 2);
+        let mut batch = DatagramBatch::new(16, 2048);
+        let mut received = Vec::new();
+        while received.len() < 7 {
+            assert!(wait_readable_once(&receiver), "datagram {} never came", received.len());
+            receive_datagrams(receiver.as_fd(), &mut batch).unwrap();
+            received.extend((0..batch.len()).map(|i| batch.datagram(i).to_vec()));
+        }
+        let mut expected: Vec<Vec<u8>> = bytes.chunks(1000).map(<[u8]>::to_vec).collect();
+        expected.push(b"whole".to_vec());
+        assert_eq!(received, expected);
     }
 
     #[test]

@@ -33,6 +33,7 @@ use rnic_firmware_if::pci::{offset as pci_offset, COMMAND_MEMORY_SPACE};
 use rnic_firmware_if::regs;
 use rnic_hw_model::time::Picoseconds;
 use rnic_hw_model::transport::TransportCounters;
+use rnic_hw_model::wire::{self, Icrc};
 
 use super::wire_totals::TransportTotals;
 use rnic_hw_model::{Counters, Device, DeviceConfig, HostMemory};
@@ -1197,11 +1198,18 @@ impl Server {
         Ok(())
     }
 
+    /// Hands the device's transmitted frames to the backend. Their ICRC is left to the
+    /// backend ([`NetBackend::send_offloaded`]: `udp:` computes it once for the headers it
+    /// really sends) unless the frame is captured: `--pcap` records it as the device sent it.
     fn drain_transmit(&mut self) -> io::Result<()> {
-        while let Some(frame) = self.device.poll_transmit() {
+        while let Some((mut frame, mut icrc)) = self.device.poll_transmit_offloaded() {
             self.stats.frames_transmitted += 1;
+            if self.pcap.is_some() && icrc == Icrc::Offloaded {
+                wire::fill_icrc(&mut frame);
+                icrc = Icrc::Computed;
+            }
             self.capture(&frame)?;
-            self.net.send(&frame);
+            self.net.send_offloaded(&mut frame, icrc);
             self.device.recycle_frame(frame);
         }
         self.net.flush();
