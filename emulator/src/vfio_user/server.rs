@@ -1254,7 +1254,8 @@ impl Server {
             received += 1;
             self.stats.frames_received += 1;
             let captured = self.capture(&frame);
-            self.device.receive_frame(&frame);
+            // The device keeps the buffer (no copy) and gives one back.
+            frame = self.device.receive_frame_owned(frame);
             if let Err(error) = captured {
                 self.rx_frame = frame;
                 return Err(error);

@@ -190,7 +190,9 @@ impl Engine {
             self.transmit();
             let mut received = 0;
             while received < RECEIVE_BATCH && self.net.receive(&mut self.frame) {
-                self.device.receive_frame(&self.frame);
+                // The device keeps the buffer (no copy) and gives one back.
+                let frame = std::mem::take(&mut self.frame);
+                self.frame = self.device.receive_frame_owned(frame);
                 received += 1;
             }
             if received == 0 {
@@ -199,9 +201,11 @@ impl Engine {
         }
     }
 
+    /// Hands the device's frames to the backend, their ICRC left to it (`udp:` computes it
+    /// once, for the headers it sends with).
     fn transmit(&mut self) {
-        while let Some(frame) = self.device.poll_transmit() {
-            self.net.send(&frame);
+        while let Some((mut frame, icrc)) = self.device.poll_transmit_offloaded() {
+            self.net.send_offloaded(&mut frame, icrc);
             self.device.recycle_frame(frame);
         }
     }
