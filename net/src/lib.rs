@@ -84,6 +84,14 @@ pub trait NetBackend: Send + std::fmt::Debug {
         self.send(frame);
     }
 
+    /// [`NetBackend::send_offloaded`] of a frame in a buffer the backend may keep until the
+    /// frame is sent (no copy); returns a buffer for the caller to reuse: this one, or a
+    /// spare of the backend's (possibly empty). The default sends it and returns it.
+    fn send_owned(&mut self, mut frame: Vec<u8>, icrc: Icrc) -> Vec<u8> {
+        self.send_offloaded(&mut frame, icrc);
+        frame
+    }
+
     /// Moves the next received frame, if any, into `frame` (cleared first) and returns
     /// `true`; returns `false` at once when nothing is waiting.
     fn receive(&mut self, frame: &mut Vec<u8>) -> bool;

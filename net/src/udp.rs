@@ -41,16 +41,18 @@
 //! held until [`NetBackend::flush`] and go out with `sendmmsg`, one call per flow and
 //! burst; a run of datagrams of one length for one destination (a multi-packet message)
 //! is one message of that call, which the kernel cuts into the datagrams (UDP generic
-//! segmentation offload), so its stack is traversed once per run, not once per packet. Both sockets' buffers are sized for a whole window of 4 KiB packets
-//! ([`RECEIVE_BUFFER_BYTES`], [`SEND_BUFFER_BYTES`]). When the kernel still refuses a
-//! datagram for want of send-buffer room, the backend waits until the socket drains
-//! ([`NetStats::tx_stalls`], at most [`SEND_STALL_LIMIT`] per datagram) instead of dropping
-//! it: RoCE expects a lossless link, and a loss the host made up would cost the transport a
-//! retransmission timeout. A datagram longer than [`RECEIVE_SLOT`] cannot be RoCEv2 at any
-//! path MTU and is dropped as malformed.
+//! segmentation offload), so its stack is traversed once per run, not once per packet.
+//! The bound socket receives such runs whole where the kernel can (`UDP_GRO`), and the
+//! backend hands their datagrams to the device one by one. Both sockets' buffers are sized
+//! for a whole window of 4 KiB packets ([`RECEIVE_BUFFER_BYTES`], [`SEND_BUFFER_BYTES`]).
+//! When the kernel still refuses a datagram for want of send-buffer room, the backend
+//! waits until the socket drains ([`NetStats::tx_stalls`], at most [`SEND_STALL_LIMIT`] per
+//! datagram) instead of dropping it: RoCE expects a lossless link, and a loss the host
+//! made up would cost the transport a retransmission timeout. A datagram longer than
+//! [`MAX_DATAGRAM_BYTES`] cannot be RoCEv2 at any path MTU and is dropped as malformed.
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -76,9 +78,13 @@ pub const SEND_BUFFER_BYTES: usize = 4 << 20;
 /// Datagrams received per system call at most.
 pub const RECEIVE_BATCH: usize = 32;
 
-/// Bytes of room per received datagram: more than the longest RoCEv2 datagram at path MTU
-/// 4096 (BTH, RETH or AtomicETH, ImmDt, payload, ICRC: under 4 200 bytes).
-pub const RECEIVE_SLOT: usize = 9216;
+/// The longest datagram accepted, in bytes: more than the longest RoCEv2 datagram at path
+/// MTU 4096 (BTH, RETH or AtomicETH, ImmDt, payload, ICRC: under 4 200 bytes).
+pub const MAX_DATAGRAM_BYTES: usize = 9216;
+
+/// Bytes of room per received entry: a run of datagrams the kernel joined (`UDP_GRO`)
+/// fits one IP packet.
+pub const RECEIVE_SLOT: usize = 65_536;
 
 /// Datagrams held back for one `sendmmsg` at most (with send batching on).
 pub const SEND_BATCH: usize = 64;
@@ -100,6 +106,24 @@ const MIN_DATAGRAM: usize = bth::HEADER_LEN + icrc::ICRC_LEN;
 /// TTL / hop limit written into rebuilt headers (masked by the ICRC; any value works).
 const REBUILT_HOP_LIMIT: u8 = 64;
 
+/// A datagram held back for [`NetBackend::flush`]: bytes `start..end` of the frame the
+/// device sent (BTH ... ICRC, the ICRC already right for the headers it travels with).
+#[derive(Debug)]
+struct PendingDatagram {
+    frame: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The UDP source port the frame asked for (its flow's socket).
+    port: u16,
+    to: SocketAddr,
+}
+
+impl PendingDatagram {
+    fn len(&self) -> usize {
+        self.end - self.start
+    }
+}
+
 /// The UDP backend.
 #[derive(Debug)]
 pub struct UdpBackend {
@@ -112,10 +136,10 @@ pub struct UdpBackend {
     flows: HashMap<u16, Option<UdpSocket>>,
     /// Destination MAC of our last frame to each peer IP: the source MAC of its frames.
     peer_macs: HashMap<IpAddr, [u8; 6]>,
-    /// Datagrams waiting for [`NetBackend::flush`]: their bytes one after another in
-    /// `pending_bytes`, each as (end in it, UDP source port wanted, destination).
-    pending_bytes: Vec<u8>,
-    pending: Vec<(usize, u16, SocketAddr)>,
+    /// Datagrams waiting for [`NetBackend::flush`], each in the frame it came in.
+    pending: Vec<PendingDatagram>,
+    /// Frame buffers already sent, for [`NetBackend::send_owned`] to hand back.
+    spares: Vec<Vec<u8>>,
     batching: bool,
     /// Whether runs of datagrams go as one message the kernel cuts (`UDP_SEGMENT`); off
     /// for good once the kernel refuses it.
@@ -123,6 +147,8 @@ pub struct UdpBackend {
     /// The last `recvmmsg` batch and the next datagram of it to hand out.
     rx_batch: rnic_os::DatagramBatch,
     rx_next: usize,
+    /// Where the next datagram starts inside entry `rx_next` (a run the kernel joined).
+    rx_offset: usize,
     stats: NetStats,
 }
 
@@ -141,6 +167,11 @@ impl UdpBackend {
         // costs a go-back-N. Hardware has the link's buffering; this is ours.
         let receive_buffer = rnic_os::set_receive_buffer(socket.as_fd(), RECEIVE_BUFFER_BYTES)?;
         let send_buffer = rnic_os::set_send_buffer(socket.as_fd(), SEND_BUFFER_BYTES)?;
+        // Runs a peer had the kernel cut arrive whole: one queued entry, not one per
+        // datagram. Without it (an old kernel) they arrive cut, which works as well.
+        if let Err(error) = rnic_os::enable_receive_coalescing(socket.as_fd()) {
+            tracing::debug!(target: "rnic_emu::net", %error, "UDP_GRO refused; datagrams arrive one by one");
+        }
         tracing::info!(target: "rnic_emu::net", local = %socket.local_addr()?, receive_buffer, send_buffer, "udp backend bound");
         Ok(Self {
             local,
@@ -148,12 +179,13 @@ impl UdpBackend {
             socket,
             flows: HashMap::new(),
             peer_macs: HashMap::new(),
-            pending_bytes: Vec::with_capacity(SEND_BATCH * 4200),
             pending: Vec::with_capacity(SEND_BATCH),
+            spares: Vec::with_capacity(SEND_BATCH),
             batching: false,
             segmentation: true,
             rx_batch: rnic_os::DatagramBatch::new(RECEIVE_BATCH, RECEIVE_SLOT),
             rx_next: 0,
+            rx_offset: 0,
             stats: NetStats::default(),
         })
     }
@@ -201,17 +233,18 @@ impl UdpBackend {
     }
 
     /// Parses the device's frame and queues its UDP payload (BTH ... ICRC) for
-    /// [`NetBackend::flush`], written once into the pending bytes. The ICRC is computed
-    /// here, once, when the device left it to the link ([`Icrc::Offloaded`]) or when the
-    /// headers the datagram really travels with differ from the frame's (see the module
-    /// documentation); otherwise the frame's own, checked by the parse, goes out.
-    fn queue_datagram(&mut self, frame: &[u8], icrc: Icrc) {
-        let parsed = match wire::parse_frame_with(frame, icrc) {
+    /// [`NetBackend::flush`], in the frame's own buffer. The ICRC is computed here, once,
+    /// when the device left it to the link ([`Icrc::Offloaded`]) or when the headers the
+    /// datagram really travels with differ from the frame's (see the module documentation);
+    /// otherwise the frame's own, checked by the parse, goes out. Returns a buffer for the
+    /// caller to reuse (a spare of the same capacity once a batch has been sent).
+    fn queue_datagram(&mut self, mut frame: Vec<u8>, icrc: Icrc) -> Vec<u8> {
+        let parsed = match wire::parse_frame_with(&frame, icrc) {
             Ok(parsed) => parsed,
             Err(error) => {
                 self.stats.tx_dropped += 1;
                 tracing::debug!(target: "rnic_emu::net", %error, "transmitted frame is not valid RoCEv2; dropped");
-                return;
+                return frame;
             }
         };
         let repr = parsed.repr;
@@ -220,7 +253,7 @@ impl UdpBackend {
             self.stats.tx_dropped += 1;
             tracing::debug!(target: "rnic_emu::net", %destination, local = %self.local,
                 "destination of another IP version than the backend; dropped");
-            return;
+            return frame;
         }
         // The frame's extent is the UDP length, not the buffer (Ethernet padding).
         let start = repr.ethernet.header_len() + repr.ip.header_len() + udp::HEADER_LEN;
@@ -240,21 +273,40 @@ impl UdpBackend {
             }
             IpRepr::V6(v6) => (IpRepr::V6(v6), port == wanted_port),
         };
-        let begin = self.pending_bytes.len();
-        self.pending_bytes.extend_from_slice(&frame[start..end]);
+        let capacity = frame.capacity();
         if icrc == Icrc::Offloaded || !exact {
-            let datagram = &mut self.pending_bytes[begin..];
+            let datagram = &mut frame[start..end];
             let value = datagram_icrc(&sent_ip, port, datagram);
             let at = datagram.len() - icrc::ICRC_LEN;
             datagram[at..].copy_from_slice(&icrc::to_wire(value));
         }
-        self.pending.push((
-            self.pending_bytes.len(),
-            wanted_port,
-            SocketAddr::new(destination, ROCE_V2_UDP_PORT),
-        ));
+        self.pending.push(PendingDatagram {
+            frame,
+            start,
+            end,
+            port: wanted_port,
+            to: SocketAddr::new(destination, ROCE_V2_UDP_PORT),
+        });
         if !self.batching || self.pending.len() >= SEND_BATCH {
             self.send_pending();
+        }
+        // Until the first batch is sent, a new buffer like the one kept.
+        self.spares.pop().unwrap_or_else(|| Vec::with_capacity(capacity))
+    }
+
+    /// [`UdpBackend::queue_datagram`] of a frame the caller keeps: copied into a spare.
+    fn queue_copy(&mut self, frame: &[u8], icrc: Icrc) {
+        let mut copy = self.spares.pop().unwrap_or_default();
+        copy.clear();
+        copy.extend_from_slice(frame);
+        let spare = self.queue_datagram(copy, icrc);
+        self.keep_spare(spare);
+    }
+
+    /// Keeps `buffer` for reuse, up to a batch's worth.
+    fn keep_spare(&mut self, buffer: Vec<u8>) {
+        if self.spares.len() < 2 * SEND_BATCH && buffer.capacity() > 0 {
+            self.spares.push(buffer);
         }
     }
 
@@ -269,20 +321,23 @@ impl UdpBackend {
     fn send_pending(&mut self) {
         let Self {
             pending,
-            pending_bytes,
             flows,
             socket: main_socket,
             stats,
             segmentation,
             ..
         } = self;
-        let start_of = |index: usize| if index == 0 { 0 } else { pending[index - 1].0 };
+        // The pieces of every datagram, in order; a message is a run of them.
+        let parts: Vec<IoSlice<'_>> = pending
+            .iter()
+            .map(|datagram| IoSlice::new(&datagram.frame[datagram.start..datagram.end]))
+            .collect();
         let mut messages: Vec<rnic_os::SegmentedDatagrams<'_>> = Vec::with_capacity(rnic_os::MAX_DATAGRAM_BATCH);
         // The datagrams in each message, and the index of the first.
         let mut runs: Vec<(usize, usize)> = Vec::with_capacity(rnic_os::MAX_DATAGRAM_BATCH);
         let mut next = 0;
         while next < pending.len() {
-            let port = pending[next].1;
+            let port = pending[next].port;
             // The socket flow_socket chose for the flow when the datagram was queued.
             let socket = match flows.get(&port) {
                 Some(Some(socket)) => socket,
@@ -291,23 +346,22 @@ impl UdpBackend {
             messages.clear();
             runs.clear();
             let mut index = next;
-            while index < pending.len() && pending[index].1 == port && messages.len() < rnic_os::MAX_DATAGRAM_BATCH {
-                let (first_end, _, to) = pending[index];
-                let first_start = start_of(index);
-                let segment = first_end - first_start;
-                let (mut end, mut count) = (first_end, 1);
+            while index < pending.len() && pending[index].port == port && messages.len() < rnic_os::MAX_DATAGRAM_BATCH {
+                let to = pending[index].to;
+                let segment = pending[index].len();
+                let (mut total, mut count) = (segment, 1);
                 if *segmentation && segment <= usize::from(u16::MAX) {
                     while index + count < pending.len() && count < rnic_os::MAX_SEGMENTS {
-                        let (following_end, following_port, following_to) = pending[index + count];
-                        let length = following_end - end;
-                        if following_port != port
-                            || following_to != to
+                        let following = &pending[index + count];
+                        let length = following.len();
+                        if following.port != port
+                            || following.to != to
                             || length > segment
-                            || following_end - first_start > rnic_os::MAX_SEGMENTED_BYTES
+                            || total + length > rnic_os::MAX_SEGMENTED_BYTES
                         {
                             break;
                         }
-                        end = following_end;
+                        total += length;
                         count += 1;
                         if length < segment {
                             break;
@@ -315,7 +369,7 @@ impl UdpBackend {
                     }
                 }
                 messages.push(rnic_os::SegmentedDatagrams {
-                    bytes: &pending_bytes[first_start..end],
+                    parts: &parts[index..index + count],
                     to,
                     segment: (count > 1).then_some(segment as u16),
                 });
@@ -360,8 +414,12 @@ impl UdpBackend {
             }
             next = index;
         }
-        pending.clear();
-        pending_bytes.clear();
+        drop(parts);
+        for datagram in self.pending.drain(..) {
+            if self.spares.len() < 2 * SEND_BATCH {
+                self.spares.push(datagram.frame);
+            }
+        }
     }
 }
 
@@ -422,11 +480,15 @@ impl NetBackend for UdpBackend {
     }
 
     fn send(&mut self, frame: &[u8]) {
-        self.queue_datagram(frame, Icrc::Computed);
+        self.queue_copy(frame, Icrc::Computed);
     }
 
     fn send_offloaded(&mut self, frame: &mut [u8], icrc: Icrc) {
-        self.queue_datagram(frame, icrc);
+        self.queue_copy(frame, icrc);
+    }
+
+    fn send_owned(&mut self, frame: Vec<u8>, icrc: Icrc) -> Vec<u8> {
+        self.queue_datagram(frame, icrc)
     }
 
     fn set_send_batching(&mut self, on: bool) {
@@ -447,6 +509,7 @@ impl NetBackend for UdpBackend {
         while malformed < MALFORMED_PER_CALL {
             if self.rx_next >= self.rx_batch.len() {
                 self.rx_next = 0;
+                self.rx_offset = 0;
                 match rnic_os::receive_datagrams(self.socket.as_fd(), &mut self.rx_batch) {
                     Ok(_) => {}
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => return false,
@@ -461,8 +524,25 @@ impl NetBackend for UdpBackend {
                 }
             }
             let index = self.rx_next;
-            self.rx_next += 1;
-            let datagram = self.rx_batch.datagram(index);
+            let entry = self.rx_batch.datagram(index);
+            // One datagram of the entry: all of it, or the next of a run the kernel joined.
+            let (datagram, truncated) = match self.rx_batch.segment(index) {
+                Some(segment) if !self.rx_batch.truncated(index) => {
+                    let start = self.rx_offset.min(entry.len());
+                    let end = start.saturating_add(segment).min(entry.len());
+                    self.rx_offset = end;
+                    if end >= entry.len() {
+                        self.rx_next += 1;
+                        self.rx_offset = 0;
+                    }
+                    (&entry[start..end], false)
+                }
+                _ => {
+                    self.rx_next += 1;
+                    self.rx_offset = 0;
+                    (entry, self.rx_batch.truncated(index))
+                }
+            };
             let length = datagram.len();
             let Some(from) = self.rx_batch.source(index) else {
                 self.stats.rx_malformed += 1;
@@ -475,8 +555,8 @@ impl NetBackend for UdpBackend {
             let max = usize::from(u16::MAX) - udp::HEADER_LEN - ip.as_ref().map_or(0, |ip| ip.header_len());
             let well_formed = length >= MIN_DATAGRAM
                 && length % 4 == 0
-                && length <= max
-                && !self.rx_batch.truncated(index)
+                && length <= max.min(MAX_DATAGRAM_BYTES)
+                && !truncated
                 && from.port() != 0
                 && datagram[1] & 0x0F == 0;
             let Some(ip) = ip.filter(|_| well_formed) else {

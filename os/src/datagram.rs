@@ -7,7 +7,7 @@
 
 #![allow(unsafe_code)]
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -43,6 +43,34 @@ pub fn wait_writable(socket: BorrowedFd<'_>, timeout: Duration) -> io::Result<bo
     Ok(ready > 0)
 }
 
+/// `UDP_GRO` of `<linux/udp.h>` (the `libc` crate does not name it): the socket option
+/// that lets a socket receive coalesced datagrams, and the control message that says
+/// their length.
+const UDP_GRO: libc::c_int = 104;
+
+/// Lets the UDP socket `socket` receive runs of datagrams from one sender as one
+/// (`UDP_GRO`): a message the sender had the kernel cut ([`send_segmented`]) then arrives
+/// whole, with the length of its datagrams ([`DatagramBatch::segment`]), instead of being
+/// cut on the way and queued datagram by datagram. Its slots must then hold
+/// [`MAX_SEGMENTED_BYTES`].
+pub fn enable_receive_coalescing(socket: BorrowedFd<'_>) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: `on` is a live c_int and its size is passed; the kernel only reads it.
+    let result = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_GRO,
+            std::ptr::from_ref(&on).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if result < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Reusable room for up to [`MAX_BATCH`] received datagrams of at most `slot` bytes each.
 #[derive(Debug)]
 pub struct DatagramBatch {
@@ -51,6 +79,7 @@ pub struct DatagramBatch {
     lengths: Vec<usize>,
     sources: Vec<Option<SocketAddr>>,
     truncated: Vec<bool>,
+    segments: Vec<Option<usize>>,
     count: usize,
 }
 
@@ -66,6 +95,7 @@ impl DatagramBatch {
             lengths: vec![0; count],
             sources: vec![None; count],
             truncated: vec![false; count],
+            segments: vec![None; count],
             count: 0,
         }
     }
@@ -95,7 +125,18 @@ impl DatagramBatch {
     pub fn truncated(&self, index: usize) -> bool {
         self.truncated[index]
     }
+
+    /// For a socket that receives coalesced datagrams ([`enable_receive_coalescing`]):
+    /// `Some(length)` when entry `index` is several datagrams of `length` bytes each (the
+    /// last possibly shorter), one after another; `None` when it is one datagram.
+    pub fn segment(&self, index: usize) -> Option<usize> {
+        self.segments[index]
+    }
 }
+
+/// Room for the control message of a coalesced receive (a `cmsghdr` and an `int`; 24
+/// bytes on Linux), aligned for the header.
+type CoalescingControl = [u64; 4];
 
 fn socket_address(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match i32::from(storage.ss_family) {
@@ -164,6 +205,7 @@ pub fn receive_datagrams(socket: BorrowedFd<'_>, batch: &mut DatagramBatch) -> i
             iov_len: slot,
         })
         .collect();
+    let mut controls: Vec<CoalescingControl> = vec![[0; 4]; room];
     let mut messages: Vec<libc::mmsghdr> = (0..room)
         .map(|i| {
             // SAFETY: msghdr is plain old data; all-zero is a valid value.
@@ -172,6 +214,8 @@ pub fn receive_datagrams(socket: BorrowedFd<'_>, batch: &mut DatagramBatch) -> i
             header.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             header.msg_iov = &mut iovs[i];
             header.msg_iovlen = 1;
+            header.msg_control = controls[i].as_mut_ptr().cast();
+            header.msg_controllen = std::mem::size_of::<CoalescingControl>() as _;
             libc::mmsghdr {
                 msg_hdr: header,
                 msg_len: 0,
@@ -180,8 +224,8 @@ pub fn receive_datagrams(socket: BorrowedFd<'_>, batch: &mut DatagramBatch) -> i
         .collect();
     let received = loop {
         // SAFETY: every mmsghdr points at its own live iovec (into `buffer`, `slot` bytes
-        // each, disjoint) and its own live sockaddr_storage with its size; all outlive the
-        // call. A null timeout means none.
+        // each, disjoint), its own live sockaddr_storage and its own live control room, each
+        // with its size; all outlive the call. A null timeout means none.
         let n = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
@@ -202,6 +246,7 @@ pub fn receive_datagrams(socket: BorrowedFd<'_>, batch: &mut DatagramBatch) -> i
     for (i, message) in messages.iter().take(received).enumerate() {
         batch.lengths[i] = message.msg_len as usize;
         batch.truncated[i] = message.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        batch.segments[i] = coalesced_length(&message.msg_hdr);
         // SAFETY: zero-initialised and possibly overwritten by the kernel: initialised.
         batch.sources[i] = socket_address(unsafe { names[i].assume_init_ref() });
     }
@@ -209,16 +254,40 @@ pub fn receive_datagrams(socket: BorrowedFd<'_>, batch: &mut DatagramBatch) -> i
     Ok(received)
 }
 
+/// The datagram length of a coalesced receive, from its `UDP_GRO` control message.
+fn coalesced_length(header: &libc::msghdr) -> Option<usize> {
+    // SAFETY: `header` is a msghdr the kernel filled, its control room (`msg_control`,
+    // `msg_controllen` as the kernel left it) still live; CMSG_FIRSTHDR and CMSG_NXTHDR
+    // stay inside it and return null at its end, and a header whose length covers an int
+    // has that int at CMSG_DATA, read unaligned.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(header);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_UDP
+                && (*cmsg).cmsg_type == UDP_GRO
+                && (*cmsg).cmsg_len as usize >= libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize
+            {
+                let length = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                return usize::try_from(length).ok().filter(|&length| length > 0);
+            }
+            cmsg = libc::CMSG_NXTHDR(header, cmsg);
+        }
+    }
+    None
+}
+
 /// Sends `datagrams` (payload, destination) on the UDP socket `socket` with one
 /// `sendmmsg` call (at most [`MAX_BATCH`] of them), without blocking. Returns how many
 /// the kernel took, in order (fewer when its send buffer filled); `WouldBlock` when it took
 /// none.
 pub fn send_datagrams(socket: BorrowedFd<'_>, datagrams: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
+    let datagrams = &datagrams[..datagrams.len().min(MAX_BATCH)];
+    let parts: Vec<IoSlice<'_>> = datagrams.iter().map(|&(bytes, _)| IoSlice::new(bytes)).collect();
     let messages: Vec<SegmentedDatagrams<'_>> = datagrams
         .iter()
-        .take(MAX_BATCH)
-        .map(|&(bytes, to)| SegmentedDatagrams {
-            bytes,
+        .zip(&parts)
+        .map(|(&(_, to), part)| SegmentedDatagrams {
+            parts: std::slice::from_ref(part),
             to,
             segment: None,
         })
@@ -241,8 +310,9 @@ pub const MAX_SEGMENTED_BYTES: usize = 65_000;
 /// [`MAX_SEGMENTED_BYTES`] bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct SegmentedDatagrams<'a> {
-    /// The datagrams' payloads, one after another.
-    pub bytes: &'a [u8],
+    /// The datagrams' payloads, one after another, gathered from these pieces (which need
+    /// not be cut where the datagrams are).
+    pub parts: &'a [IoSlice<'a>],
     /// Where every datagram of the message goes.
     pub to: SocketAddr,
     /// Length of each datagram but the last, in bytes; `None` for one datagram.
@@ -265,29 +335,20 @@ pub fn send_segmented(socket: BorrowedFd<'_>, messages: &[SegmentedDatagrams<'_>
     }
     let mut names: Vec<(libc::sockaddr_storage, libc::socklen_t)> =
         messages.iter().map(|message| socket_storage(&message.to)).collect();
-    let mut iovs: Vec<libc::iovec> = messages
-        .iter()
-        .map(|message| libc::iovec {
-            iov_base: message.bytes.as_ptr() as *mut libc::c_void,
-            iov_len: message.bytes.len(),
-        })
-        .collect();
     let mut controls: Vec<SegmentControl> = vec![[0; 4]; messages.len()];
     // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
     let (space, length) = unsafe { (libc::CMSG_SPACE(2) as usize, libc::CMSG_LEN(2) as usize) };
     debug_assert!(space <= std::mem::size_of::<SegmentControl>());
     let mut headers: Vec<libc::mmsghdr> = Vec::with_capacity(messages.len());
-    for (((name, name_length), iov), (control, message)) in names
-        .iter_mut()
-        .zip(iovs.iter_mut())
-        .zip(controls.iter_mut().zip(messages))
-    {
+    for ((name, name_length), (control, message)) in names.iter_mut().zip(controls.iter_mut().zip(messages)) {
         // SAFETY: msghdr is plain old data; all-zero is a valid value.
         let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
         header.msg_name = std::ptr::from_mut(name).cast();
         header.msg_namelen = *name_length;
-        header.msg_iov = iov;
-        header.msg_iovlen = 1;
+        // IoSlice is ABI-compatible with iovec on Unix (std's guarantee); the kernel only
+        // reads the pieces and the payload.
+        header.msg_iov = message.parts.as_ptr().cast_mut().cast();
+        header.msg_iovlen = message.parts.len() as _;
         if let Some(segment) = message.segment {
             header.msg_control = control.as_mut_ptr().cast();
             header.msg_controllen = space as _;
@@ -308,8 +369,8 @@ pub fn send_segmented(socket: BorrowedFd<'_>, messages: &[SegmentedDatagrams<'_>
         });
     }
     loop {
-        // SAFETY: every mmsghdr points at its own live iovec (over the caller's live
-        // payload, which the kernel only reads), its own live destination address and, for
+        // SAFETY: every mmsghdr points at the caller's live pieces (iovecs over live
+        // payload, both only read by the kernel), its own live destination address and, for
         // a segmented message, its own live control room; all outlive the call.
         let n = unsafe {
             libc::sendmmsg(
@@ -365,12 +426,13 @@ mod tests {
         let bytes: Vec<u8> = (0..5300u32).map(|i| (i / 1000) as u8 + 1).collect();
         let messages = [
             SegmentedDatagrams {
-                bytes: &bytes,
+                // Gathered from two pieces cut elsewhere than the datagrams are.
+                parts: &[IoSlice::new(&bytes[..1500]), IoSlice::new(&bytes[1500..])],
                 to,
                 segment: Some(1000),
             },
             SegmentedDatagrams {
-                bytes: b"whole",
+                parts: &[IoSlice::new(b"whole")],
                 to,
                 segment: None,
             },
@@ -386,6 +448,37 @@ mod tests {
         let mut expected: Vec<Vec<u8>> = bytes.chunks(1000).map(<[u8]>::to_vec).collect();
         expected.push(b"whole".to_vec());
         assert_eq!(received, expected);
+    }
+
+    #[test]
+    fn a_coalescing_receiver_gets_a_segmented_message_whole_with_its_datagram_length() {
+        let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+        enable_receive_coalescing(receiver.as_fd()).unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = receiver.local_addr().unwrap();
+        let bytes: Vec<u8> = (0..5300u32).map(|i| (i % 251) as u8).collect();
+        let messages = [
+            SegmentedDatagrams {
+                parts: &[IoSlice::new(&bytes)],
+                to,
+                segment: Some(1000),
+            },
+            SegmentedDatagrams {
+                parts: &[IoSlice::new(b"alone")],
+                to,
+                segment: None,
+            },
+        ];
+        assert_eq!(send_segmented(sender.as_fd(), &messages).unwrap(), 2);
+        let mut batch = DatagramBatch::new(4, MAX_SEGMENTED_BYTES);
+        let mut received = Vec::new();
+        while received.len() < 2 {
+            assert!(wait_readable_once(&receiver), "message {} never came", received.len());
+            receive_datagrams(receiver.as_fd(), &mut batch).unwrap();
+            received.extend((0..batch.len()).map(|i| (batch.datagram(i).to_vec(), batch.segment(i))));
+        }
+        assert_eq!(received[0], (bytes, Some(1000)));
+        assert_eq!(received[1], (b"alone".to_vec(), None));
     }
 
     #[test]

@@ -19,8 +19,9 @@
 //! * `ppoll` ([`wait_readable`], [`wait_writable`]) — sub-millisecond waits on sockets and
 //!   eventfds;
 //! * `recvmmsg`/`sendmmsg` ([`receive_datagrams`], [`send_datagrams`]), `UDP_SEGMENT`
-//!   ([`send_segmented`]) and `SO_SNDBUF` ([`set_send_buffer`]) — UDP datagrams in
-//!   batches, and cut by the kernel, for the `udp:` network backend;
+//!   ([`send_segmented`]), `UDP_GRO` ([`enable_receive_coalescing`]) and `SO_SNDBUF`
+//!   ([`set_send_buffer`]) — UDP datagrams in batches, cut and joined by the kernel, for
+//!   the `udp:` network backend;
 //! * `socket`/`bind`/`listen` ([`bind_unix_listener`]) — to restrict the socket's mode to
 //!   0600 *before* anyone can connect (std's `UnixListener::bind` listens at once);
 //! * pinned DMA memory and device registers for a user-space driver on a PCI function
@@ -60,8 +61,8 @@ use std::io;
 
 pub use application::{advise_huge_pages, lock_pages, unlock_pages, ApplicationRange};
 pub use datagram::{
-    receive_datagrams, send_datagrams, send_segmented, wait_writable, DatagramBatch, SegmentedDatagrams,
-    MAX_BATCH as MAX_DATAGRAM_BATCH, MAX_SEGMENTED_BYTES, MAX_SEGMENTS,
+    enable_receive_coalescing, receive_datagrams, send_datagrams, send_segmented, wait_writable, DatagramBatch,
+    SegmentedDatagrams, MAX_BATCH as MAX_DATAGRAM_BATCH, MAX_SEGMENTED_BYTES, MAX_SEGMENTS,
 };
 pub use event::{eventfd, take_eventfd, wait_readable};
 pub use memory::{file_seals, host_page_size, memfd_create, MappedRegion, PageSize, Protection};

@@ -1198,9 +1198,10 @@ impl Server {
         Ok(())
     }
 
-    /// Hands the device's transmitted frames to the backend. Their ICRC is left to the
-    /// backend ([`NetBackend::send_offloaded`]: `udp:` computes it once for the headers it
-    /// really sends) unless the frame is captured: `--pcap` records it as the device sent it.
+    /// Hands the device's transmitted frames to the backend, buffer and all
+    /// ([`NetBackend::send_owned`]). Their ICRC is left to the backend (`udp:` computes it
+    /// once for the headers it really sends) unless the frame is captured: `--pcap` records
+    /// it as the device sent it.
     fn drain_transmit(&mut self) -> io::Result<()> {
         while let Some((mut frame, mut icrc)) = self.device.poll_transmit_offloaded() {
             self.stats.frames_transmitted += 1;
@@ -1209,8 +1210,9 @@ impl Server {
                 icrc = Icrc::Computed;
             }
             self.capture(&frame)?;
-            self.net.send_offloaded(&mut frame, icrc);
-            self.device.recycle_frame(frame);
+            // The backend keeps the buffer until the frame is sent and gives one back.
+            let spare = self.net.send_owned(frame, icrc);
+            self.device.recycle_frame(spare);
         }
         self.net.flush();
         Ok(())

@@ -204,9 +204,9 @@ impl Engine {
     /// Hands the device's frames to the backend, their ICRC left to it (`udp:` computes it
     /// once, for the headers it sends with).
     fn transmit(&mut self) {
-        while let Some((mut frame, icrc)) = self.device.poll_transmit_offloaded() {
-            self.net.send_offloaded(&mut frame, icrc);
-            self.device.recycle_frame(frame);
+        while let Some((frame, icrc)) = self.device.poll_transmit_offloaded() {
+            let spare = self.net.send_owned(frame, icrc);
+            self.device.recycle_frame(spare);
         }
     }
 
