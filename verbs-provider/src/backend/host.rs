@@ -201,13 +201,14 @@ impl Engine {
         }
     }
 
-    /// Hands the device's frames to the backend, their ICRC left to it (`udp:` computes it
-    /// once, for the headers it sends with).
+    /// Hands the device's frames to the backend, buffer and all, their ICRC left to it
+    /// (`udp:` computes it once, for the headers it sends with), and sends them together.
     fn transmit(&mut self) {
         while let Some((frame, icrc)) = self.device.poll_transmit_offloaded() {
             let spare = self.net.send_owned(frame, icrc);
             self.device.recycle_frame(spare);
         }
+        self.net.flush();
     }
 
     /// How long until the model's next event is due on the wall clock (`None`: nothing
@@ -448,9 +449,13 @@ impl HostNic {
     /// What opening the network backend failed with (address in use, no such interface,
     /// no CAP_NET_RAW), as an [`AccessError::InvalidRequest`] naming the backend.
     pub fn open(config: HostNicConfig) -> Result<Self, AccessError> {
-        let net = rnic_net::open(&config.net, config.device.mac_address).map_err(|e| AccessError::InvalidRequest {
-            reason: format!("network {}: {e}", config.net),
-        })?;
+        let mut net =
+            rnic_net::open(&config.net, config.device.mac_address).map_err(|e| AccessError::InvalidRequest {
+                reason: format!("network {}: {e}", config.net),
+            })?;
+        // Each pump's frames go out together (`Engine::transmit` flushes): on `udp:` one
+        // system call per burst, a multi-packet message's datagrams cut by the kernel.
+        net.set_send_batching(true);
         let net_description = net.describe();
         let network_wakes_progress = net.pollable_fd().is_some();
         let epoch = Instant::now();
