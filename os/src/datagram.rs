@@ -51,8 +51,8 @@ const UDP_GRO: libc::c_int = 104;
 /// Lets the UDP socket `socket` receive runs of datagrams from one sender as one
 /// (`UDP_GRO`): a message the sender had the kernel cut ([`send_segmented`]) then arrives
 /// whole, with the length of its datagrams ([`DatagramBatch::segment`]), instead of being
-/// cut on the way and queued datagram by datagram. Its slots must then hold
-/// [`MAX_SEGMENTED_BYTES`].
+/// cut on the way and queued datagram by datagram. The batch's slots must then hold at
+/// least [`MAX_SEGMENTED_BYTES`] (a longer entry is cut and reported truncated).
 pub fn enable_receive_coalescing(socket: BorrowedFd<'_>) -> io::Result<()> {
     let on: libc::c_int = 1;
     // SAFETY: `on` is a live c_int and its size is passed; the kernel only reads it.
@@ -303,11 +303,11 @@ pub const MAX_SEGMENTS: usize = 64;
 /// IP packet before it is cut, so it must fit one (65 535 bytes with IP and UDP headers).
 pub const MAX_SEGMENTED_BYTES: usize = 65_000;
 
-/// One message of [`send_segmented`]: `bytes` for `to`, sent as one datagram (`segment`
-/// `None`), or cut by the kernel into datagrams of `segment` bytes each, the last one
-/// possibly shorter (UDP generic segmentation offload, `UDP_SEGMENT`): the stack is
-/// traversed once for all of them. At most [`MAX_SEGMENTS`] datagrams and
-/// [`MAX_SEGMENTED_BYTES`] bytes.
+/// One message of [`send_segmented`]: the bytes of `parts`, one after another, for `to`,
+/// sent as one datagram (`segment` `None`), or cut by the kernel into datagrams of
+/// `segment` bytes each, the last one possibly shorter (UDP generic segmentation offload,
+/// `UDP_SEGMENT`): the stack is traversed once for all of them. At most [`MAX_SEGMENTS`]
+/// datagrams and [`MAX_SEGMENTED_BYTES`] bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct SegmentedDatagrams<'a> {
     /// The datagrams' payloads, one after another, gathered from these pieces (which need
