@@ -156,8 +156,7 @@ fn a_frame_whose_icrc_the_device_left_to_the_link_leaves_with_the_icrc_its_heade
         let (_, computed) = v4_frame([127, 0, 0, 61], [127, 0, 0, 62], identification, &payload);
         a.send(&computed);
         let by_the_device = receive(&mut b).expect("the frame with its ICRC");
-        let mut frame = offloaded(&computed);
-        a.send_offloaded(&mut frame, Icrc::Offloaded);
+        a.send_owned(offloaded(&computed), Icrc::Offloaded);
         let by_the_backend = receive(&mut b).expect("the frame with its ICRC left to the link");
         let parsed = wire::parse_frame(&by_the_backend).expect("the receiver's ICRC check passes");
         assert_eq!(parsed.payload, &payload[..]);
@@ -165,7 +164,7 @@ fn a_frame_whose_icrc_the_device_left_to_the_link_leaves_with_the_icrc_its_heade
     }
     // A frame that says its ICRC is computed is still checked: a zero ICRC is dropped.
     let (_, computed) = v4_frame([127, 0, 0, 61], [127, 0, 0, 62], 0, b"checked");
-    a.send_offloaded(&mut offloaded(&computed), Icrc::Computed);
+    a.send_owned(offloaded(&computed), Icrc::Computed);
     assert_eq!(a.stats().tx_dropped, 1);
     assert_eq!(a.stats().frames_sent, 4);
     assert_eq!(b.stats().frames_received, 4);
@@ -189,8 +188,7 @@ fn held_back_datagrams_arrive_whole_and_in_order_however_the_kernel_is_asked_to_
         .collect();
     for (n, payload) in payloads.iter().enumerate() {
         let (_, frame) = v4_frame([127, 0, 0, 63], [127, 0, 0, 64], 0, payload);
-        let mut frame = offloaded(&frame);
-        a.send_offloaded(&mut frame, Icrc::Offloaded);
+        a.send_owned(offloaded(&frame), Icrc::Offloaded);
         if n == 40 {
             a.flush();
         }

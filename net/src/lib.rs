@@ -6,7 +6,7 @@
 //! use it without the emulator's command line and configuration.
 //!
 //! The server loop owns the device and one [`NetBackend`]; each pass it hands every frame
-//! from `Device::poll_transmit_offloaded` to [`NetBackend::send_offloaded`] and every frame from
+//! from `Device::poll_transmit_offloaded` to [`NetBackend::send_owned`] and every frame from
 //! [`NetBackend::receive`] to `Device::receive_frame`. Backends never block: the loop
 //! waits on [`NetBackend::pollable_fd`] together with the vfio-user sockets, so the device
 //! stays single-threaded and realtime pacing is untouched.
@@ -71,24 +71,19 @@ pub trait NetBackend: Send + std::fmt::Debug {
     /// Sends one Ethernet frame (no FCS) as the device transmitted it.
     fn send(&mut self, frame: &[u8]);
 
-    /// Sends one frame as [`NetBackend::send`], its ICRC possibly left to the backend:
-    /// [`Icrc::Offloaded`] says the frame comes unaltered from a device in this process and
-    /// its ICRC field is zero. A backend that rewrites the headers the ICRC covers (`udp:`)
-    /// then computes it once, for what it sends, instead of the device computing it, the
-    /// backend checking it and computing it again; the default fills it in and sends the
-    /// frame as it is.
-    fn send_offloaded(&mut self, frame: &mut [u8], icrc: Icrc) {
-        if icrc == Icrc::Offloaded {
-            wire::fill_icrc(frame);
-        }
-        self.send(frame);
-    }
-
-    /// [`NetBackend::send_offloaded`] of a frame in a buffer the backend may keep until the
-    /// frame is sent (no copy); returns a buffer for the caller to reuse: this one, or a
-    /// spare of the backend's (possibly empty). The default sends it and returns it.
+    /// Sends one frame as [`NetBackend::send`], in a buffer the backend may keep until the
+    /// frame is sent (no copy), its ICRC possibly left to the backend: [`Icrc::Offloaded`]
+    /// says the frame comes unaltered from a device in this process and its ICRC field is
+    /// zero. A backend that rewrites the headers the ICRC covers (`udp:`) then computes it
+    /// once, for what it sends, instead of the device computing it, the backend checking it
+    /// and computing it again. Returns a buffer for the caller to reuse: this one, or a
+    /// spare of the backend's. The default fills the ICRC in, sends the frame as it is and
+    /// returns it.
     fn send_owned(&mut self, mut frame: Vec<u8>, icrc: Icrc) -> Vec<u8> {
-        self.send_offloaded(&mut frame, icrc);
+        if icrc == Icrc::Offloaded {
+            wire::fill_icrc(&mut frame);
+        }
+        self.send(&frame);
         frame
     }
 

@@ -7,7 +7,7 @@
 //! valid RoCEv2 are dropped and counted) and its UDP payload (BTH ... ICRC) is sent to
 //! `destination IP:4791`, from a socket bound to `IP:source port of the frame` (one socket
 //! per flow, opened on first use), so the receiver sees the frame's UDP source port. A
-//! frame the device left its ICRC to the link for ([`NetBackend::send_offloaded`], as the
+//! frame the device left its ICRC to the link for ([`NetBackend::send_owned`], as the
 //! server sends without `--pcap`) is not checked: its ICRC is computed once, here, for the
 //! headers it travels with.
 //!
@@ -294,15 +294,6 @@ impl UdpBackend {
         self.spares.pop().unwrap_or_else(|| Vec::with_capacity(capacity))
     }
 
-    /// [`UdpBackend::queue_datagram`] of a frame the caller keeps: copied into a spare.
-    fn queue_copy(&mut self, frame: &[u8], icrc: Icrc) {
-        let mut copy = self.spares.pop().unwrap_or_default();
-        copy.clear();
-        copy.extend_from_slice(frame);
-        let spare = self.queue_datagram(copy, icrc);
-        self.keep_spare(spare);
-    }
-
     /// Keeps `buffer` for reuse, up to a batch's worth.
     fn keep_spare(&mut self, buffer: Vec<u8>) {
         if self.spares.len() < 2 * SEND_BATCH && buffer.capacity() > 0 {
@@ -415,10 +406,8 @@ impl UdpBackend {
             next = index;
         }
         drop(parts);
-        for datagram in self.pending.drain(..) {
-            if self.spares.len() < 2 * SEND_BATCH {
-                self.spares.push(datagram.frame);
-            }
+        while let Some(datagram) = self.pending.pop() {
+            self.keep_spare(datagram.frame);
         }
     }
 }
@@ -479,12 +468,13 @@ impl NetBackend for UdpBackend {
         format!("udp:{}", SocketAddr::new(self.local, ROCE_V2_UDP_PORT))
     }
 
+    /// The frame is copied into a spare buffer and queued as [`NetBackend::send_owned`].
     fn send(&mut self, frame: &[u8]) {
-        self.queue_copy(frame, Icrc::Computed);
-    }
-
-    fn send_offloaded(&mut self, frame: &mut [u8], icrc: Icrc) {
-        self.queue_copy(frame, icrc);
+        let mut copy = self.spares.pop().unwrap_or_default();
+        copy.clear();
+        copy.extend_from_slice(frame);
+        let spare = self.queue_datagram(copy, Icrc::Computed);
+        self.keep_spare(spare);
     }
 
     fn send_owned(&mut self, frame: Vec<u8>, icrc: Icrc) -> Vec<u8> {

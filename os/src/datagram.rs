@@ -13,7 +13,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
 
-/// Most datagrams one [`receive_datagrams`] or [`send_datagrams`] call moves (the kernel's
+/// Most datagrams one [`receive_datagrams`] or [`send_segmented`] call moves (the kernel's
 /// `UIO_MAXIOV` is far above it; more buys nothing on loopback).
 pub const MAX_BATCH: usize = 64;
 
@@ -276,25 +276,6 @@ fn coalesced_length(header: &libc::msghdr) -> Option<usize> {
     None
 }
 
-/// Sends `datagrams` (payload, destination) on the UDP socket `socket` with one
-/// `sendmmsg` call (at most [`MAX_BATCH`] of them), without blocking. Returns how many
-/// the kernel took, in order (fewer when its send buffer filled); `WouldBlock` when it took
-/// none.
-pub fn send_datagrams(socket: BorrowedFd<'_>, datagrams: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
-    let datagrams = &datagrams[..datagrams.len().min(MAX_BATCH)];
-    let parts: Vec<IoSlice<'_>> = datagrams.iter().map(|&(bytes, _)| IoSlice::new(bytes)).collect();
-    let messages: Vec<SegmentedDatagrams<'_>> = datagrams
-        .iter()
-        .zip(&parts)
-        .map(|(&(_, to), part)| SegmentedDatagrams {
-            parts: std::slice::from_ref(part),
-            to,
-            segment: None,
-        })
-        .collect();
-    send_segmented(socket, &messages)
-}
-
 /// Most datagrams the kernel cuts one message of [`send_segmented`] into (its
 /// `UDP_MAX_SEGMENTS`).
 pub const MAX_SEGMENTS: usize = 64;
@@ -403,7 +384,7 @@ mod tests {
         let to = receiver.local_addr().unwrap();
         let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
         let datagrams: Vec<(&[u8], SocketAddr)> = payloads.iter().map(|p| (p.as_slice(), to)).collect();
-        assert_eq!(send_datagrams(sender.as_fd(), &datagrams).unwrap(), 10);
+        assert_eq!(send_whole(sender.as_fd(), &datagrams).unwrap(), 10);
         let mut batch = DatagramBatch::new(16, 256);
         assert_eq!(receive_datagrams(receiver.as_fd(), &mut batch).unwrap(), 10);
         for (i, payload) in payloads.iter().enumerate() {
@@ -500,12 +481,27 @@ mod tests {
         };
         let sender = UdpSocket::bind("[::1]:0").unwrap();
         let to = receiver.local_addr().unwrap();
-        assert_eq!(send_datagrams(sender.as_fd(), &[(b"six", to)]).unwrap(), 1);
+        assert_eq!(send_whole(sender.as_fd(), &[(b"six", to)]).unwrap(), 1);
         let mut batch = DatagramBatch::new(2, 16);
         assert!(wait_readable_once(&receiver));
         assert_eq!(receive_datagrams(receiver.as_fd(), &mut batch).unwrap(), 1);
         assert_eq!(batch.datagram(0), b"six");
         assert_eq!(batch.source(0), Some(sender.local_addr().unwrap()));
+    }
+
+    /// [`send_segmented`] of one datagram per message.
+    fn send_whole(socket: BorrowedFd<'_>, datagrams: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
+        let parts: Vec<IoSlice<'_>> = datagrams.iter().map(|&(bytes, _)| IoSlice::new(bytes)).collect();
+        let messages: Vec<SegmentedDatagrams<'_>> = datagrams
+            .iter()
+            .zip(&parts)
+            .map(|(&(_, to), part)| SegmentedDatagrams {
+                parts: std::slice::from_ref(part),
+                to,
+                segment: None,
+            })
+            .collect();
+        send_segmented(socket, &messages)
     }
 
     fn wait_readable_once(socket: &UdpSocket) -> bool {

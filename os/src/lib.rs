@@ -18,8 +18,8 @@
 //!   vfio-user passes descriptors as ancillary data, which `std` cannot do yet;
 //! * `ppoll` ([`wait_readable`], [`wait_writable`]) — sub-millisecond waits on sockets and
 //!   eventfds;
-//! * `recvmmsg`/`sendmmsg` ([`receive_datagrams`], [`send_datagrams`]), `UDP_SEGMENT`
-//!   ([`send_segmented`]), `UDP_GRO` ([`enable_receive_coalescing`]) and `SO_SNDBUF`
+//! * `recvmmsg`/`sendmmsg` ([`receive_datagrams`], [`send_segmented`]), `UDP_SEGMENT`
+//!   (the same call), `UDP_GRO` ([`enable_receive_coalescing`]) and `SO_SNDBUF`
 //!   ([`set_send_buffer`]) — UDP datagrams in batches, cut and joined by the kernel, for
 //!   the `udp:` network backend;
 //! * `socket`/`bind`/`listen` ([`bind_unix_listener`]) — to restrict the socket's mode to
@@ -61,8 +61,8 @@ use std::io;
 
 pub use application::{advise_huge_pages, lock_pages, unlock_pages, ApplicationRange};
 pub use datagram::{
-    enable_receive_coalescing, receive_datagrams, send_datagrams, send_segmented, wait_writable, DatagramBatch,
-    SegmentedDatagrams, MAX_BATCH as MAX_DATAGRAM_BATCH, MAX_SEGMENTED_BYTES, MAX_SEGMENTS,
+    enable_receive_coalescing, receive_datagrams, send_segmented, wait_writable, DatagramBatch, SegmentedDatagrams,
+    MAX_BATCH as MAX_DATAGRAM_BATCH, MAX_SEGMENTED_BYTES, MAX_SEGMENTS,
 };
 pub use event::{eventfd, take_eventfd, wait_readable};
 pub use memory::{file_seals, host_page_size, memfd_create, MappedRegion, PageSize, Protection};

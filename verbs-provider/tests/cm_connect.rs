@@ -781,15 +781,9 @@ fn a_lost_rtu_leaves_the_passive_side_in_rep_sent_and_its_disconnect_rejects_not
     // disconnecting, as "RDMA_CM_EVENT_REJECTED; error: 28". Linux sends nothing there
     // and takes the peer's DREQ in REP_SENT.
     let mut world = World::new(2, 13);
-    let OwnQpConnection {
-        listener,
-        client,
-        request,
-        qp: _qp,
-        cq: _cq,
-        ..
-    } = established_with_a_lost_rtu(&mut world);
-    let server = request.id;
+    // The QP and CQ stay bound in `connection` for the test's length.
+    let connection = established_with_a_lost_rtu(&mut world);
+    let (listener, client, server) = (connection.listener, connection.client, connection.request.id);
     let rejects_before = world.hosts[1].cm.counters().rejects_sent;
     // The server disconnects first: its QP goes to ERR, nothing goes on the wire.
     server.disconnect().unwrap();
@@ -832,15 +826,9 @@ fn after_a_disconnect_in_rep_sent_the_repeated_rep_brings_the_rtu_and_a_second_d
     // (Linux's cm_rtu_handler does so in REP_SENT whatever the QP's state) and its
     // application's next disconnect is an ordinary DREQ.
     let mut world = World::new(2, 14);
-    let OwnQpConnection {
-        listener,
-        client,
-        request,
-        qp: _qp,
-        cq: _cq,
-        ..
-    } = established_with_a_lost_rtu(&mut world);
-    let server = request.id;
+    // The QP and CQ stay bound in `connection` for the test's length.
+    let connection = established_with_a_lost_rtu(&mut world);
+    let (listener, client, server) = (connection.listener, connection.client, connection.request.id);
     server.disconnect().unwrap();
     let seen = world.run_until(30_000_000_000, |host, event| {
         host == 1 && event.kind == CmEventKind::Established
