@@ -13,8 +13,9 @@
 //!
 //! Every BT read is a DMA read through [`HostMemory`]; data pages are never read here.
 //! The walker is stateless: each translation reads `hop` BT entries. The device keeps a
-//! [`TranslationCache`] in front of it, forgotten on every command and mailbox. Errors say which level, entry and address failed and what was expected, so a
-//! driver developer can find the bad BT page.
+//! [`TranslationCache`] in front of it, forgotten on every command and mailbox. Errors say
+//! which level, entry and address failed and what was expected, so a driver developer can
+//! find the bad BT page.
 //!
 //! Alignment rules: the root must be 8-byte aligned (contexts carry it `>> 3`), or 4 KiB
 //! aligned in direct mode; lower-level BT page addresses must be 8-byte aligned; data
@@ -445,7 +446,8 @@ pub fn try_translate_range_from<E: From<MttError>>(
 }
 
 /// Most pages a [`TranslationCache`] remembers: every buffer page of 1 024 QPs with a
-/// 64 KiB buffer each and their queues (≈ 20 000 per NIC), at ≈ 60 bytes a page. The memo
+/// 64 KiB buffer each and their queues (≈ 20 000 per NIC), at ≈ 60 bytes a page; with
+/// only walked pages remembered, a stream needs one per 16 pages. The memo
 /// is the emulator's, not the modelled MTT cache (`timing::lru` charges that one's misses
 /// on its own, `TimingParams::mtt_cache_entries`), so its size changes no virtual result;
 /// at 512 pages, 64 QPs' ≈ 1 100 pages were walked again on every access.
@@ -493,7 +495,9 @@ impl PageKey {
 
 /// The bus addresses of pages that walks found, by MTR and page: the device's MTT cache.
 /// Only successful walks of validated MTRs are remembered, so a hit skips the validation
-/// and the BT reads and gives what the walk gave. The owner forgets everything whenever
+/// and the BT reads and gives what the walk gave. The leaf run the last walk read is
+/// asked before the pages: a stream through a buffer is answered from it, and only the
+/// pages walks found are remembered, so the page table stays small for large buffers. The owner forgets everything whenever
 /// the driver may have changed BT pages (the device does so on every command and
 /// mailbox, as it does for context addresses; see `hem`).
 #[derive(Debug, Clone, Default)]

@@ -677,7 +677,7 @@ fn a_stream_through_a_region_walks_once_per_run_of_bottom_entries() {
     // Walks, each with its run read, at pages 0, 16, 32 and 48; the hole at page 40 is
     // walked (and refused) on its own, and page 41 still comes from page 32's run.
     assert_eq!(counting.take(), 2 + 2 + 2 + 1 + 2);
-    assert_eq!(cache.len(), 4, "only walked pages are remembered, not those the run gave");
+    assert_eq!(cache.len(), 4, "only walked pages are remembered, not the run's");
     // A remembered page comes back from the memo after the run moved on; the run is
     // asked first, and a page in neither is walked again (with its run).
     assert_eq!(cache.translate(&counting, &mtr, 16 * 4096), Ok(0x100_0000 + 16 * 4096));
