@@ -590,6 +590,18 @@ impl TranslationCache {
         (value != 0 && value & (page_size - 1) == 0).then_some(value)
     }
 
+    /// Whether `key` is the page right after the leaf run's last, in the same MTR.
+    #[inline]
+    fn run_continues_to(&self, key: &PageKey) -> bool {
+        self.run.as_deref().is_some_and(|run| {
+            run.count > 0
+                && run.key.page.checked_add(run.count) == Some(key.page)
+                && run.key.root == key.root
+                && run.key.shape == key.shape
+                && run.key.page_counts == key.page_counts
+        })
+    }
+
     /// Reads the run of bottom-level entries from the one a walk of `key` used.
     fn fill_run(&mut self, memory: &dyn HostMemory, key: PageKey, leaf: Leaf) {
         let count = leaf.following.min(LEAF_RUN as u64);
@@ -661,8 +673,15 @@ impl TranslationCache {
         if let Some(base) = self.run_base(&key, mtr.page_size()) {
             return Ok(base + in_page);
         }
-        if let Some(&base) = self.pages.get(&key) {
-            return Ok(base + in_page);
+        // A stream that has just left the run walks on and reads the next run, without
+        // asking the page table: in a stream through a large buffer a page comes back
+        // only after the whole buffer has passed through the caches, and with it the
+        // table's lines (a buffer sent again and again would otherwise end up answered
+        // from the table page by page, as before).
+        if !self.run_continues_to(&key) {
+            if let Some(&base) = self.pages.get(&key) {
+                return Ok(base + in_page);
+            }
         }
         self.validate(mtr)?;
         let (address, leaf) = walk_valid(memory, mtr, offset)?;

@@ -652,6 +652,35 @@ fn a_cached_range_from_a_known_first_address_gives_the_walked_pieces() {
 }
 
 #[test]
+fn a_stream_leaving_the_run_reads_the_next_run_even_past_a_remembered_page() {
+    // Hop 1, 64 pages. Page 16 is remembered (walked), then a walk of page 0 reads the
+    // run 0..16; the stream's next page, 16, is walked again, so that its followers come
+    // from a fresh run rather than from the page table one by one.
+    let memory = PagedMemory::new();
+    let backing = crate::memory::Backing::zeroed(FRAME_SIZE as usize);
+    memory.map_frame(0x1_0000, &backing, 0, true);
+    for page in 0..64u64 {
+        memory.write_u64(0x1_0000 + page * 8, 0x100_0000 + page * 4096).unwrap();
+    }
+    let mtr = Mtr::single(0x1_0000, 12, 12, 64, 1);
+    let counting = CountingMemory::new(&memory);
+    let mut cache = TranslationCache::default();
+    let page = |n: u64| Ok(0x100_0000 + n * 4096);
+    assert_eq!(cache.translate(&counting, &mtr, 16 * 4096), page(16));
+    assert_eq!(cache.translate(&counting, &mtr, 0), page(0));
+    assert_eq!(counting.take(), 4, "two walks, each with its run");
+    assert_eq!(cache.translate(&counting, &mtr, 15 * 4096), page(15));
+    assert_eq!(counting.take(), 0, "page 15 is in page 0's run");
+    assert_eq!(cache.translate(&counting, &mtr, 16 * 4096), page(16));
+    assert_eq!(counting.take(), 2, "the stream walks on past the remembered page 16");
+    assert_eq!(cache.translate(&counting, &mtr, 17 * 4096), page(17));
+    assert_eq!(counting.take(), 0, "and page 17 comes from the run that walk read");
+    // Away from the run, a remembered page is answered from the table.
+    assert_eq!(cache.translate(&counting, &mtr, 0), page(0));
+    assert_eq!(counting.take(), 0);
+}
+
+#[test]
 fn a_stream_through_a_region_walks_once_per_run_of_bottom_entries() {
     // Hop 1, 64 pages: a walk reads its entry and the next LEAF_RUN - 1 of the region in
     // one read, and the pages they map need no walk.
