@@ -447,10 +447,10 @@ pub fn try_translate_range_from<E: From<MttError>>(
 
 /// Most pages a [`TranslationCache`] remembers: every buffer page of 1 024 QPs with a
 /// 64 KiB buffer each and their queues (≈ 20 000 per NIC), at ≈ 60 bytes a page; with
-/// only walked pages remembered, a stream needs one per 16 pages. The memo
-/// is the emulator's, not the modelled MTT cache (`timing::lru` charges that one's misses
-/// on its own, `TimingParams::mtt_cache_entries`), so its size changes no virtual result;
-/// at 512 pages, 64 QPs' ≈ 1 100 pages were walked again on every access.
+/// only walked pages remembered, a stream needs one per 16 pages. The memo is the
+/// emulator's, not the modelled MTT cache (`timing::lru` charges that one's misses on its
+/// own, `TimingParams::mtt_cache_entries`), so its size changes no virtual result; at 512
+/// pages, 64 QPs' ≈ 1 100 pages were walked again on every access.
 pub const TRANSLATION_CACHE_CAPACITY: usize = 32 << 10;
 
 /// Everything a walk depends on: the whole MTR and the page, packed into as few words
@@ -497,9 +497,9 @@ impl PageKey {
 /// Only successful walks of validated MTRs are remembered, so a hit skips the validation
 /// and the BT reads and gives what the walk gave. The leaf run the last walk read is
 /// asked before the pages: a stream through a buffer is answered from it, and only the
-/// pages walks found are remembered, so the page table stays small for large buffers. The owner forgets everything whenever
-/// the driver may have changed BT pages (the device does so on every command and
-/// mailbox, as it does for context addresses; see `hem`).
+/// pages walks found are remembered, so the page table stays small for large buffers.
+/// The owner forgets everything whenever the driver may have changed BT pages (the device
+/// does so on every command and mailbox, as it does for context addresses; see `hem`).
 #[derive(Debug, Clone, Default)]
 pub struct TranslationCache {
     pages: FastHashMap<PageKey, u64>,
@@ -667,8 +667,8 @@ impl TranslationCache {
         let key = PageKey::new(mtr, page);
         // The run first: it is one small block that stays in the CPU's cache, while the
         // page table of a large region is spread over hundreds of KiB that a stream of
-        // payload through the same cache evicts (a lookup there cost ≈ 3 × more per
-        // message at 1 MiB than at 64 KiB). The run was read by a walk of this MTR, which
+        // payload through the same cache evicts (the memo's time per byte was ≈ 4 × at
+        // 1 MiB what it was at 64 KiB, docs/benchmarks.md). The run was read by a walk of this MTR, which
         // validated it.
         if let Some(base) = self.run_base(&key, mtr.page_size()) {
             return Ok(base + in_page);
