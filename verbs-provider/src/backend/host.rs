@@ -42,6 +42,8 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rnic_firmware_if::doorbell::{Doorbell, DoorbellCommand, DB_OFFSET, DB_PAGE_SIZE, DWQE_OFFSET, DWQE_SIZE};
+use rnic_firmware_if::regs::DOORBELL_BAR;
 use rnic_hw_model::config::DeviceConfig;
 use rnic_hw_model::device::Device;
 use rnic_hw_model::interrupt::{InterruptSink, MsixMessage, RecordingSink};
@@ -166,6 +168,18 @@ struct Engine {
     frame: Vec<u8>,
     addresses: Vec<IpAddr>,
     passes: u64,
+    /// Posted doorbells being applied (kept for its allocation).
+    doorbells: Vec<PostedDoorbell>,
+}
+
+/// An SQ doorbell or direct-WQE store (`DeviceAccess::mmio_write64`) the driver made
+/// while the progress thread was awake or the NIC busy: applied on the NIC's next pass,
+/// in the order made, as a NIC takes a posted PCIe write without the CPU waiting for it.
+#[derive(Debug, Clone, Copy)]
+struct PostedDoorbell {
+    bar: u8,
+    offset: u64,
+    value: u64,
 }
 
 impl Engine {
@@ -321,6 +335,12 @@ struct Shared {
     epoch: Instant,
     /// The engine's `pumped_at_ns`.
     pumped_at_ns: Arc<AtomicU64>,
+    /// Doorbells rung while the progress thread was awake or the NIC busy, oldest first.
+    posted: Mutex<Vec<PostedDoorbell>>,
+    /// Whether `posted` may hold doorbells: set after a push, cleared by whoever takes
+    /// them. Sequentially consistent with `sleeping_until`, so a doorbell posted as the
+    /// progress thread goes to sleep is seen by one side or the other (see `progress`).
+    posted_pending: AtomicBool,
 }
 
 impl Shared {
@@ -333,7 +353,7 @@ impl Shared {
     /// have woken.
     fn access<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
         let mut engine = self.engine();
-        engine.pump();
+        self.pump_locked(&mut engine);
         let result = f(&mut engine.device);
         engine.transmit();
         let next = engine.device.next_event_time();
@@ -347,7 +367,7 @@ impl Shared {
     /// model now has something due before it would have woken.
     fn pump(&self) {
         let mut engine = self.engine();
-        engine.pump();
+        self.pump_locked(&mut engine);
         let next = engine.device.next_event_time();
         drop(engine);
         self.kick_if_sooner(next);
@@ -359,7 +379,11 @@ impl Shared {
     fn pump_if_stale(&self) {
         let now_ns = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let pumped_at_ns = self.pumped_at_ns.load(Ordering::Relaxed);
-        if now_ns.saturating_sub(pumped_at_ns) < PROGRESS_STALE_AFTER.as_nanos() as u64 {
+        // A doorbell the progress thread has not taken yet (it may be waiting for a CPU
+        // behind this poller) is not left to wait for staleness.
+        if now_ns.saturating_sub(pumped_at_ns) < PROGRESS_STALE_AFTER.as_nanos() as u64
+            && !self.posted_pending.load(Ordering::Relaxed)
+        {
             return;
         }
         let mut engine = match self.engine.try_lock() {
@@ -367,10 +391,72 @@ impl Shared {
             Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return,
         };
-        engine.pump();
+        self.pump_locked(&mut engine);
         let next = engine.device.next_event_time();
         drop(engine);
         self.kick_if_sooner(next);
+    }
+
+    /// Brings the model up to date (the caller holds the NIC), then applies the doorbells
+    /// posted meanwhile, in order, and sends what they made due at once.
+    fn pump_locked(&self, engine: &mut Engine) {
+        engine.pump();
+        if !self.posted_pending.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        std::mem::swap(&mut engine.doorbells, &mut *lock(&self.posted));
+        for doorbell in engine.doorbells.drain(..) {
+            engine
+                .device
+                .bar_write(doorbell.bar, doorbell.offset, &doorbell.value.to_le_bytes());
+        }
+        engine.device.advance_to(engine.device.now());
+        engine.transmit();
+    }
+
+    /// A 64-bit store to the device. On hardware the CPU posts an SQ doorbell and goes on.
+    /// Applying it here means taking the NIC's lock and doing the NIC's work, system calls
+    /// included, so the application's thread does that only when the progress thread
+    /// sleeps and the NIC is free (the shortest way for a lone doorbell, as in a
+    /// ping-pong). Otherwise it posts the doorbell for the NIC's next pass (the progress
+    /// thread's, or an empty poll's) and wakes the progress thread if it sleeps: it never
+    /// waits for the lock, and a stream of doorbells is taken in batches
+    /// (docs/benchmarks.md, "Posted doorbells"). Stores that must take effect at once
+    /// ([`may_be_posted`]) are applied as before.
+    fn ring_doorbell(&self, bar: u8, offset: u64, value: u64) {
+        let bytes = value.to_le_bytes();
+        if !may_be_posted(bar, offset, value) {
+            self.access(|device| device.bar_write(bar, offset, &bytes));
+            return;
+        }
+        if self.sleeping_until.load(Ordering::SeqCst) != u64::MAX || self.stop.load(Ordering::Acquire) {
+            let engine = match self.engine.try_lock() {
+                Ok(engine) => Some(engine),
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            if let Some(mut engine) = engine {
+                self.pump_locked(&mut engine);
+                engine.device.bar_write(bar, offset, &bytes);
+                engine.transmit();
+                let next = engine.device.next_event_time();
+                drop(engine);
+                self.kick_if_sooner(next);
+                return;
+            }
+            if self.stop.load(Ordering::Acquire) {
+                // No progress thread to take a posted doorbell: wait for the NIC.
+                self.access(|device| device.bar_write(bar, offset, &bytes));
+                return;
+            }
+        }
+        lock(&self.posted).push(PostedDoorbell { bar, offset, value });
+        self.posted_pending.store(true, Ordering::SeqCst);
+        // The progress thread publishes its deadline, then looks for posted doorbells
+        // (both sequentially consistent): it has seen this one, or this sees it asleep.
+        if self.sleeping_until.load(Ordering::SeqCst) != u64::MAX {
+            self.kick();
+        }
     }
 
     fn kick_if_sooner(&self, next: Option<Picoseconds>) {
@@ -493,6 +579,7 @@ impl HostNic {
                 frame: Vec::with_capacity(9216),
                 addresses: Vec::new(),
                 passes: 0,
+                doorbells: Vec::new(),
             }),
             memory,
             space: Mutex::new(AddressSpace {
@@ -511,6 +598,8 @@ impl HostNic {
             network_wakes_progress,
             epoch,
             pumped_at_ns,
+            posted: Mutex::new(Vec::new()),
+            posted_pending: AtomicBool::new(false),
         });
         let thread = {
             let shared = shared.clone();
@@ -577,7 +666,10 @@ fn progress(shared: &Shared) {
         .pollable_fd()
         .and_then(|fd| fd.try_clone_to_owned().ok());
     while !shared.stop.load(Ordering::Acquire) {
-        shared.engine().pump();
+        {
+            let mut engine = shared.engine();
+            shared.pump_locked(&mut engine);
+        }
         shared.fire_handler_if_interrupted();
         let wait = {
             let engine = shared.engine();
@@ -588,9 +680,18 @@ fn progress(shared: &Shared) {
                 // if it makes something due sooner (nothing else pumps for it: empty
                 // polls leave the model to this thread).
                 let deadline_ns = engine.wall_now().0 / 1000 + wait.as_nanos() as u64;
-                shared.sleeping_until.store(deadline_ns, Ordering::Release);
+                shared.sleeping_until.store(deadline_ns, Ordering::SeqCst);
+                // A doorbell posted before the deadline was visible is taken now rather
+                // than after the sleep (`Shared::ring_doorbell`).
+                if shared.posted_pending.load(Ordering::SeqCst) {
+                    shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
+                    Duration::ZERO
+                } else {
+                    wait
+                }
+            } else {
+                wait
             }
-            wait
         };
         if wait.is_zero() {
             continue;
@@ -602,9 +703,24 @@ fn progress(shared: &Shared) {
         if let Err(e) = rnic_os::wait_readable(&fds, wait) {
             tracing::debug!(%e, "progress thread wait");
         }
-        shared.sleeping_until.store(u64::MAX, Ordering::Release);
+        shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
         rnic_os::take_eventfd(wake);
     }
+}
+
+/// Whether a 64-bit store may wait for the NIC's next pass: an SQ doorbell or a store
+/// into a direct-WQE window, which only say "there is work to send". Every other store
+/// is applied before the call returns: an RQ or SRQ doorbell must make its receives ready
+/// before the application tells a peer over its own channel to send (a posted one could
+/// lose that race and draw RNR NAKs), and CQ and EQ doorbells carry consumer indices the
+/// NIC's overflow checks read.
+fn may_be_posted(bar: u8, offset: u64, value: u64) -> bool {
+    if bar != DOORBELL_BAR {
+        return false;
+    }
+    let in_page = offset % DB_PAGE_SIZE;
+    (DWQE_OFFSET..DWQE_OFFSET + DWQE_SIZE).contains(&in_page)
+        || (in_page == DB_OFFSET && Doorbell::from_u64(value).command() == DoorbellCommand::Sq as u8)
 }
 
 fn align_up(value: u64, align: u64) -> u64 {
@@ -634,8 +750,7 @@ impl DeviceAccess for HostNic {
     }
 
     fn mmio_write64(&self, bar: u8, offset: u64, value: u64) {
-        self.shared
-            .access(|device| device.bar_write(bar, offset, &value.to_le_bytes()));
+        self.shared.ring_doorbell(bar, offset, value);
     }
 
     fn allocate_dma(&self, size: usize, align: usize) -> Result<DmaBuffer, AccessError> {
@@ -906,5 +1021,179 @@ mod tests {
         });
         let cq = poller.join().expect("the poller");
         cq.destroy().expect("destroy the CQ");
+    }
+
+    /// Only stores that merely announce work to send wait for the NIC's next pass; receive,
+    /// CQ and EQ doorbells, and anything outside the doorbell BAR, take effect at once.
+    #[test]
+    fn only_sq_doorbells_and_direct_wqe_stores_may_be_posted() {
+        use rnic_firmware_if::doorbell::{CqDoorbell, EQ_DB_OFFSET};
+        let page = 3 * DB_PAGE_SIZE;
+        let sq = Doorbell::sq(0x12, 7, 0).as_u64();
+        let cases = [
+            ("SQ doorbell", DOORBELL_BAR, page + DB_OFFSET, sq, true),
+            (
+                "first direct-WQE store",
+                DOORBELL_BAR,
+                page + DWQE_OFFSET,
+                0xdead_beef,
+                true,
+            ),
+            (
+                "last direct-WQE store",
+                DOORBELL_BAR,
+                page + DWQE_OFFSET + DWQE_SIZE - 8,
+                0,
+                true,
+            ),
+            (
+                "past the direct-WQE window",
+                DOORBELL_BAR,
+                page + DWQE_OFFSET + DWQE_SIZE,
+                0,
+                false,
+            ),
+            (
+                "RQ doorbell",
+                DOORBELL_BAR,
+                page + DB_OFFSET,
+                Doorbell::rq(0x12, 7).as_u64(),
+                false,
+            ),
+            (
+                "SRQ doorbell",
+                DOORBELL_BAR,
+                page + DB_OFFSET,
+                Doorbell::srq(0x12, 7).as_u64(),
+                false,
+            ),
+            (
+                "CQ set-CI",
+                DOORBELL_BAR,
+                page + DB_OFFSET,
+                CqDoorbell::update(5, 9).as_u64(),
+                false,
+            ),
+            (
+                "CQ arm",
+                DOORBELL_BAR,
+                page + DB_OFFSET,
+                CqDoorbell::arm(5, 9, 1, false).as_u64(),
+                false,
+            ),
+            ("EQ doorbell register", DOORBELL_BAR, page + EQ_DB_OFFSET, sq, false),
+            ("another BAR", 0, page + DB_OFFSET, sq, false),
+        ];
+        for (name, bar, offset, value, posted) in cases {
+            assert_eq!(may_be_posted(bar, offset, value), posted, "{name}");
+        }
+    }
+
+    /// On hardware a doorbell is a posted write: the CPU goes on at once and the NIC takes
+    /// it when it can. A doorbell rung while the NIC is busy (its lock held, as by the
+    /// progress thread in mid-pass) returns at once, and the NIC carries out the work
+    /// request on its next pass.
+    #[test]
+    fn a_doorbell_rung_while_the_nic_is_busy_is_posted_and_taken_on_the_next_pass() {
+        use crate::verbs::{
+            AccessFlags, AhAttributes, Mtu, QpCapabilities, QpInitAttributes, QpType, RcConnection, RdmaFields,
+            SendFlags, SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
+        };
+        let mac = [0x02, 0x52, 0x4e, 0x00, 0x09, 0x2a];
+        let nic = HostNic::open(HostNicConfig {
+            device: DeviceConfig::with_mac(mac),
+            net: NetSpec::Udp([127, 0, 9, 42].into()),
+        })
+        .expect("a NIC on UDP loopback");
+        let driver = crate::driver::DriverConfig {
+            mac_address: Some(mac),
+            ipv4_address: Some([127, 0, 9, 42]),
+            link_local_gid_first: true,
+            ..crate::driver::DriverConfig::default()
+        };
+        let context = crate::verbs::Context::open_with_config(Box::new(nic.clone()), &driver).expect("bring-up");
+        let pd = context.alloc_pd().expect("a PD");
+        let mr = pd
+            .register_provider_memory(8192, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .expect("an MR");
+        let cq = context.create_cq(16, None, 0).expect("a CQ");
+        let qp = pd
+            .create_qp(&QpInitAttributes {
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                cap: QpCapabilities {
+                    max_send_wr: 8,
+                    max_recv_wr: 8,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                qp_type: QpType::Rc,
+                sq_sig_all: true,
+            })
+            .expect("an RC QP");
+        // Connected to itself: the WRITE loops back inside the NIC.
+        qp.connect_rc(&RcConnection {
+            path_mtu: Mtu::Mtu1024,
+            dest_qp_num: qp.qp_num(),
+            rq_psn: 0,
+            sq_psn: 0,
+            ah_attr: AhAttributes {
+                dgid: context.query_gid(1, 0).expect("GID 0"),
+                sgid_index: 0,
+                hop_limit: 64,
+                dmac: mac,
+                ..AhAttributes::default()
+            },
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        })
+        .expect("RTS");
+        mr.write(0, &[0xa5; 64]).expect("the source bytes");
+        let (local, remote) = (
+            Sge::new(mr.addr(), 64, mr.lkey()),
+            RdmaFields {
+                remote_addr: mr.addr() + 4096,
+                rkey: mr.rkey(),
+            },
+        );
+        let (rang, returned) = std::sync::mpsc::channel();
+        // Not scoped, as above: a doorbell that blocked must not hold the test forever.
+        let poster = nic.with_device(|_| {
+            let poster = std::thread::spawn(move || {
+                let request = SendWorkRequest {
+                    wr_id: 7,
+                    opcode: WrOpcode::RdmaWrite,
+                    sg_list: std::slice::from_ref(&local),
+                    send_flags: SendFlags::SIGNALED,
+                    rdma: remote,
+                    ..SendWorkRequest::default()
+                };
+                qp.post_send(&[request]).expect("post the WRITE");
+                rang.send(()).expect("the test waits");
+                qp
+            });
+            returned
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the doorbell returned while the NIC's lock was held");
+            poster
+        });
+        let qp = poster.join().expect("the poster");
+        let mut completions = [WorkCompletion::default(); 1];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while cq.poll(&mut completions).expect("poll") == 0 {
+            assert!(Instant::now() < deadline, "the posted doorbell was never taken");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!((completions[0].wr_id, completions[0].status), (7, WcStatus::Success));
+        let mut written = [0u8; 64];
+        mr.read(4096, &mut written).expect("the destination bytes");
+        assert_eq!(written, [0xa5; 64], "the WRITE landed");
+        drop(qp);
     }
 }
