@@ -983,25 +983,31 @@ mod tests {
         assert!(cpu < 30_000_000, "the wait ran on the CPU for {cpu} ns of 300 ms");
     }
 
+    /// A NIC on UDP loopback at 127.0.9.`host` (MAC 02:52:4e:00:09:`host`), brought up.
+    fn open_on_loopback(host: u8) -> (HostNic, crate::verbs::Context) {
+        let mac = [0x02, 0x52, 0x4e, 0x00, 0x09, host];
+        let nic = HostNic::open(HostNicConfig {
+            device: DeviceConfig::with_mac(mac),
+            net: NetSpec::Udp([127, 0, 9, host].into()),
+        })
+        .expect("a NIC on UDP loopback");
+        let driver = crate::driver::DriverConfig {
+            mac_address: Some(mac),
+            ipv4_address: Some([127, 0, 9, host]),
+            link_local_gid_first: true,
+            ..crate::driver::DriverConfig::default()
+        };
+        let context = crate::verbs::Context::open_with_config(Box::new(nic.clone()), &driver).expect("bring-up");
+        (nic, context)
+    }
+
     /// On hardware an application spinning on `ibv_poll_cq` costs the NIC nothing. Here the
     /// NIC is this process's progress thread, so an empty poll must not take the model's
     /// lock (nor ask the network for frames): polls from another thread return while the
     /// lock is held.
     #[test]
     fn an_empty_poll_does_not_wait_for_the_nic() {
-        let mac = [0x02, 0x52, 0x4e, 0x00, 0x09, 0x29];
-        let nic = HostNic::open(HostNicConfig {
-            device: DeviceConfig::with_mac(mac),
-            net: NetSpec::Udp([127, 0, 9, 41].into()),
-        })
-        .expect("a NIC on UDP loopback");
-        let driver = crate::driver::DriverConfig {
-            mac_address: Some(mac),
-            ipv4_address: Some([127, 0, 9, 41]),
-            link_local_gid_first: true,
-            ..crate::driver::DriverConfig::default()
-        };
-        let context = crate::verbs::Context::open_with_config(Box::new(nic.clone()), &driver).expect("bring-up");
+        let (nic, context) = open_on_loopback(41);
         let cq = context.create_cq(64, None, 0).expect("a CQ");
         let (done, polled) = std::sync::mpsc::channel();
         // Not scoped: if a poll blocked, the failed wait below releases the lock as it
@@ -1099,19 +1105,11 @@ mod tests {
             AccessFlags, AhAttributes, Mtu, QpCapabilities, QpInitAttributes, QpType, RcConnection, RdmaFields,
             SendFlags, SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
         };
-        let mac = [0x02, 0x52, 0x4e, 0x00, 0x09, 0x2a];
-        let nic = HostNic::open(HostNicConfig {
-            device: DeviceConfig::with_mac(mac),
-            net: NetSpec::Udp([127, 0, 9, 42].into()),
-        })
-        .expect("a NIC on UDP loopback");
-        let driver = crate::driver::DriverConfig {
-            mac_address: Some(mac),
-            ipv4_address: Some([127, 0, 9, 42]),
-            link_local_gid_first: true,
-            ..crate::driver::DriverConfig::default()
+        let (nic, mac, context) = {
+            let (nic, context) = open_on_loopback(42);
+            let mac = context.mac_address();
+            (nic, mac, context)
         };
-        let context = crate::verbs::Context::open_with_config(Box::new(nic.clone()), &driver).expect("bring-up");
         let pd = context.alloc_pd().expect("a PD");
         let mr = pd
             .register_provider_memory(8192, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
