@@ -38,7 +38,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -344,7 +344,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn engine(&self) -> std::sync::MutexGuard<'_, Engine> {
+    fn engine(&self) -> MutexGuard<'_, Engine> {
         lock(&self.engine)
     }
 
@@ -352,7 +352,11 @@ impl Shared {
     /// and wakes the progress thread if the model now has something due before it would
     /// have woken.
     fn access<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
-        let mut engine = self.engine();
+        self.access_locked(self.engine(), f)
+    }
+
+    /// [`Shared::access`] with the NIC already held.
+    fn access_locked<R>(&self, mut engine: MutexGuard<'_, Engine>, f: impl FnOnce(&mut Device) -> R) -> R {
         self.pump_locked(&mut engine);
         let result = f(&mut engine.device);
         engine.transmit();
@@ -360,6 +364,15 @@ impl Shared {
         drop(engine);
         self.kick_if_sooner(next);
         result
+    }
+
+    /// The NIC if nobody holds it.
+    fn try_engine(&self) -> Option<MutexGuard<'_, Engine>> {
+        match self.engine.try_lock() {
+            Ok(engine) => Some(engine),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     /// Brings the model up to date from a driver thread (an empty poll, a delay): frames
@@ -386,10 +399,8 @@ impl Shared {
         {
             return;
         }
-        let mut engine = match self.engine.try_lock() {
-            Ok(engine) => engine,
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return,
+        let Some(mut engine) = self.try_engine() else {
+            return;
         };
         self.pump_locked(&mut engine);
         let next = engine.device.next_event_time();
@@ -398,10 +409,12 @@ impl Shared {
     }
 
     /// Brings the model up to date (the caller holds the NIC), then applies the doorbells
-    /// posted meanwhile, in order, and sends what they made due at once.
+    /// posted meanwhile, in order; what they make due runs on the next pass, as a
+    /// doorbell applied on the caller does.
     fn pump_locked(&self, engine: &mut Engine) {
         engine.pump();
-        if !self.posted_pending.swap(false, Ordering::SeqCst) {
+        // A plain load first: every pass comes here, a posted doorbell rarely.
+        if !self.posted_pending.load(Ordering::SeqCst) || !self.posted_pending.swap(false, Ordering::SeqCst) {
             return;
         }
         std::mem::swap(&mut engine.doorbells, &mut *lock(&self.posted));
@@ -410,8 +423,6 @@ impl Shared {
                 .device
                 .bar_write(doorbell.bar, doorbell.offset, &doorbell.value.to_le_bytes());
         }
-        engine.device.advance_to(engine.device.now());
-        engine.transmit();
     }
 
     /// A 64-bit store to the device. On hardware the CPU posts an SQ doorbell and goes on.
@@ -430,18 +441,8 @@ impl Shared {
             return;
         }
         if self.sleeping_until.load(Ordering::SeqCst) != u64::MAX || self.stop.load(Ordering::Acquire) {
-            let engine = match self.engine.try_lock() {
-                Ok(engine) => Some(engine),
-                Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => None,
-            };
-            if let Some(mut engine) = engine {
-                self.pump_locked(&mut engine);
-                engine.device.bar_write(bar, offset, &bytes);
-                engine.transmit();
-                let next = engine.device.next_event_time();
-                drop(engine);
-                self.kick_if_sooner(next);
+            if let Some(engine) = self.try_engine() {
+                self.access_locked(engine, |device| device.bar_write(bar, offset, &bytes));
                 return;
             }
             if self.stop.load(Ordering::Acquire) {
@@ -1035,60 +1036,23 @@ mod tests {
     fn only_sq_doorbells_and_direct_wqe_stores_may_be_posted() {
         use rnic_firmware_if::doorbell::{CqDoorbell, EQ_DB_OFFSET};
         let page = 3 * DB_PAGE_SIZE;
+        let (bar, db, dwqe) = (DOORBELL_BAR, page + DB_OFFSET, page + DWQE_OFFSET);
         let sq = Doorbell::sq(0x12, 7, 0).as_u64();
+        let rq = Doorbell::rq(0x12, 7).as_u64();
+        let srq = Doorbell::srq(0x12, 7).as_u64();
+        let set_ci = CqDoorbell::update(5, 9).as_u64();
+        let arm = CqDoorbell::arm(5, 9, 1, false).as_u64();
         let cases = [
-            ("SQ doorbell", DOORBELL_BAR, page + DB_OFFSET, sq, true),
-            (
-                "first direct-WQE store",
-                DOORBELL_BAR,
-                page + DWQE_OFFSET,
-                0xdead_beef,
-                true,
-            ),
-            (
-                "last direct-WQE store",
-                DOORBELL_BAR,
-                page + DWQE_OFFSET + DWQE_SIZE - 8,
-                0,
-                true,
-            ),
-            (
-                "past the direct-WQE window",
-                DOORBELL_BAR,
-                page + DWQE_OFFSET + DWQE_SIZE,
-                0,
-                false,
-            ),
-            (
-                "RQ doorbell",
-                DOORBELL_BAR,
-                page + DB_OFFSET,
-                Doorbell::rq(0x12, 7).as_u64(),
-                false,
-            ),
-            (
-                "SRQ doorbell",
-                DOORBELL_BAR,
-                page + DB_OFFSET,
-                Doorbell::srq(0x12, 7).as_u64(),
-                false,
-            ),
-            (
-                "CQ set-CI",
-                DOORBELL_BAR,
-                page + DB_OFFSET,
-                CqDoorbell::update(5, 9).as_u64(),
-                false,
-            ),
-            (
-                "CQ arm",
-                DOORBELL_BAR,
-                page + DB_OFFSET,
-                CqDoorbell::arm(5, 9, 1, false).as_u64(),
-                false,
-            ),
-            ("EQ doorbell register", DOORBELL_BAR, page + EQ_DB_OFFSET, sq, false),
-            ("another BAR", 0, page + DB_OFFSET, sq, false),
+            ("SQ doorbell", bar, db, sq, true),
+            ("first direct-WQE store", bar, dwqe, 0xdead_beef, true),
+            ("last direct-WQE store", bar, dwqe + DWQE_SIZE - 8, 0, true),
+            ("past the direct-WQE window", bar, dwqe + DWQE_SIZE, 0, false),
+            ("RQ doorbell", bar, db, rq, false),
+            ("SRQ doorbell", bar, db, srq, false),
+            ("CQ set-CI", bar, db, set_ci, false),
+            ("CQ arm", bar, db, arm, false),
+            ("EQ doorbell register", bar, page + EQ_DB_OFFSET, sq, false),
+            ("another BAR", 0, db, sq, false),
         ];
         for (name, bar, offset, value, posted) in cases {
             assert_eq!(may_be_posted(bar, offset, value), posted, "{name}");
