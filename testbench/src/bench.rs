@@ -302,8 +302,9 @@ pub struct BenchReport {
     /// CM MADs both connection managers sent (retransmissions included); 0 without one.
     pub cm_mads: u64,
     /// Wall mode: this machine's memcpy, Gb/s, measured in the same run just before the
-    /// traffic, moving messages of the run's size between buffers laid out as one pair's
-    /// slots ([`memcpy_yardstick`]); `None` in virtual mode.
+    /// traffic, moving messages of the run's size between buffers laid out as every
+    /// pair's slots, the pairs taken in turn ([`memcpy_yardstick`]); `None` in virtual
+    /// mode.
     pub memcpy_gbps: Option<f64>,
     /// With [`BenchConfig::trace`]: the requester's and the responder's trace over the span
     /// the stage totals cover (so per stage its slices add up to `requester_stages` and
@@ -927,7 +928,7 @@ pub fn run_with_progress(
         side.device.with_device(|d| d.timing_mut().reset_totals());
     }
     let memcpy_gbps = match config.mode {
-        Mode::Wall => Some(memcpy_yardstick(size, slots, slot_size)),
+        Mode::Wall => Some(memcpy_yardstick(size, config.queue_pairs, slots, slot_size)),
         Mode::Virtual => None,
     };
     // The traces start where the totals do, so per stage they add up to the same figures.
@@ -1143,13 +1144,17 @@ pub fn run_with_progress(
 }
 
 /// This machine's memcpy in Gb/s, for the ratio wall mode prints beside its goodput:
-/// messages of `size` bytes copied from one set of `slots` buffers `slot_size` apart into
-/// another, slot after slot, as one pair's messages move (so a run whose buffers outgrow
-/// the CPU caches is compared with a memcpy whose buffers do too). Median of
-/// [`MEMCPY_ROUNDS`] rounds, each of at least one pass over the slots and
+/// messages of `size` bytes copied from `pairs` sets of `slots` buffers `slot_size` apart
+/// into as many others, the pairs in turn and each pair slot after slot, as the pairs'
+/// messages move (so a run whose buffers outgrow the CPU caches, with a buffer per
+/// message or with many pairs, is compared with a memcpy whose buffers do too). Median
+/// of [`MEMCPY_ROUNDS`] rounds, each of at least one pass over every slot and
 /// [`MEMCPY_ROUND`] of wall time, measured before the traffic starts.
-pub fn memcpy_yardstick(size: usize, slots: usize, slot_size: usize) -> f64 {
-    let length = slots * slot_size;
+pub fn memcpy_yardstick(size: usize, pairs: usize, slots: usize, slot_size: usize) -> f64 {
+    let pairs = pairs.max(1);
+    let slots = slots.max(1);
+    let size = size.min(slot_size);
+    let length = pairs * slots * slot_size;
     // Backed as the embedded NIC backs a registered buffer (huge pages where the kernel
     // gives them), so the two are compared on the same kind of memory.
     let mut source = vec![0u8; length];
@@ -1161,19 +1166,20 @@ pub fn memcpy_yardstick(size: usize, slots: usize, slot_size: usize) -> f64 {
     // One pass first: every page of both is faulted in before anything is timed.
     destination.copy_from_slice(&source);
     let mut rates = Vec::with_capacity(MEMCPY_ROUNDS);
-    let mut slot = 0usize;
+    let mut copy = YardstickCopy::default();
+    let pass = pairs * slots;
     for _ in 0..MEMCPY_ROUNDS {
         let started = Instant::now();
         let mut copies = 0usize;
         // The clock is read once per batch of about 64 KiB, so small copies are not
         // measured as clock reads.
         let batch = (MEMCPY_BATCH_BYTES / size.max(1)).max(1);
-        while copies < slots || started.elapsed() < MEMCPY_ROUND {
+        while copies < pass || started.elapsed() < MEMCPY_ROUND {
             for _ in 0..batch {
-                let at = slot * slot_size;
+                let at = copy.offset(slots, slot_size);
                 destination[at..at + size].copy_from_slice(std::hint::black_box(&source[at..at + size]));
                 std::hint::black_box(&mut destination);
-                slot = (slot + 1) % slots;
+                copy.advance(pairs, slots);
                 copies += 1;
             }
         }
@@ -1182,6 +1188,29 @@ pub fn memcpy_yardstick(size: usize, slots: usize, slot_size: usize) -> f64 {
     }
     rates.sort_by(f64::total_cmp);
     rates[rates.len() / 2]
+}
+
+/// Where [`memcpy_yardstick`] is in its pass: every pair moves its next slot's message,
+/// then the next slot of every pair, as pairs that keep their windows full take turns.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct YardstickCopy {
+    pair: usize,
+    slot: usize,
+}
+
+impl YardstickCopy {
+    /// The offset of this copy's buffer, the pairs' slots laid out pair after pair.
+    fn offset(self, slots: usize, slot_size: usize) -> usize {
+        (self.pair * slots + self.slot) * slot_size
+    }
+
+    fn advance(&mut self, pairs: usize, slots: usize) {
+        self.pair += 1;
+        if self.pair == pairs {
+            self.pair = 0;
+            self.slot = (self.slot + 1) % slots;
+        }
+    }
 }
 
 /// Bytes [`memcpy_yardstick`] copies between two reads of the clock.
@@ -1690,6 +1719,23 @@ fn post_one(config: &BenchConfig, pair: &mut Pair, buffer: &mut [u8]) -> Result<
 mod tests {
     use super::*;
     use rnic_hw_model::timing::PRESETS;
+
+    #[test]
+    fn the_memcpy_yardstick_passes_over_every_slot_of_every_pair_once_the_pairs_in_turn() {
+        let (pairs, slots, slot_size) = (3, 2, 64);
+        let mut copy = YardstickCopy::default();
+        let offsets: Vec<usize> = (0..pairs * slots)
+            .map(|_| {
+                let at = copy.offset(slots, slot_size);
+                copy.advance(pairs, slots);
+                at
+            })
+            .collect();
+        // Pair 0 slot 0, pair 1 slot 0, pair 2 slot 0, then every pair's slot 1.
+        assert_eq!(offsets, [0, 128, 256, 64, 192, 320]);
+        assert_eq!(copy, YardstickCopy::default(), "a pass ends where it began");
+        assert!(memcpy_yardstick(100, 4, 1, 128) > 0.0);
+    }
 
     #[test]
     fn a_run_passes_only_when_every_message_asked_for_moved_and_none_failed() {

@@ -475,6 +475,14 @@ impl std::hash::Hash for PageKey {
 }
 
 impl PageKey {
+    /// The [`TranslationCache`] run slot of this key's MTR: a multiplicative hash of the
+    /// words that tell MTRs apart (the page left out: one run per MTR).
+    #[inline]
+    fn run_slot(&self) -> usize {
+        let word = self.root ^ self.shape.rotate_left(32) ^ self.page_counts[0].rotate_left(48);
+        (word.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RUN_SLOTS.trailing_zeros())) as usize
+    }
+
     fn new(mtr: &Mtr, page: u64) -> Self {
         let hops = mtr
             .regions
@@ -495,8 +503,8 @@ impl PageKey {
 
 /// The bus addresses of pages that walks found, by MTR and page: the device's MTT cache.
 /// Only successful walks of validated MTRs are remembered, so a hit skips the validation
-/// and the BT reads and gives what the walk gave. The leaf run the last walk read is
-/// asked before the pages: a stream through a buffer is answered from it, and only the
+/// and the BT reads and gives what the walk gave. The leaf run each MTR's last walk read
+/// is asked before the pages: a stream through a buffer is answered from it, and only the
 /// pages walks found are remembered, so the page table stays small for large buffers.
 /// The owner forgets everything whenever the driver may have changed BT pages (the device
 /// does so on every command and mailbox, as it does for context addresses; see `hem`).
@@ -509,9 +517,14 @@ pub struct TranslationCache {
     /// why these are kept when the pages are cleared. On the heap: the DMA path moves the
     /// cache out of the device and back for every access.
     valid: FastHashSet<ValidMtr>,
-    /// The bottom-level BT entries that followed the last walk's, read with it (boxed for
-    /// the same reason as `valid`; allocated at the first walk).
-    run: Option<Box<LeafRun>>,
+    /// The bottom-level BT entries that followed each MTR's last walk, read with it: one
+    /// slot per MTR hash ([`RUN_SLOTS`]), so streams through many buffers taking turns
+    /// (a packet of each QP in turn) each keep their run. On the heap for the same
+    /// reason as `valid`; allocated at the first walk.
+    runs: Vec<LeafRun>,
+    /// Bumped whenever the pages are forgotten: a run read in another generation is
+    /// forgotten with them.
+    generation: u64,
 }
 
 /// Bottom-level BT entries a walk read past the one it needed: the next pages of the
@@ -524,13 +537,23 @@ pub struct TranslationCache {
 struct LeafRun {
     /// The MTR and the run's first page.
     key: PageKey,
-    /// Entries held, from `key.page` on.
+    /// Entries held, from `key.page` on (none unless `generation` is the cache's).
     count: u64,
+    /// [`TranslationCache::generation`] when the run was read.
+    generation: u64,
     entries: [u64; LEAF_RUN],
 }
 
 /// Most bottom-level entries a walk reads ahead (one 128-byte read).
 const LEAF_RUN: usize = 16;
+
+/// Leaf runs a [`TranslationCache`] keeps, one per MTR hash (≈ 200 bytes each). Each
+/// QP's payload streams through a buffer of its own, and the model sends a packet of each
+/// QP in turn: with one run for all, 64 QPs found another QP's run on every packet and
+/// asked the page table, whose entry for that page had been evicted by the payload of the
+/// whole round (docs/benchmarks.md, many QPs). A run is touched once per round instead.
+const RUN_SLOTS: usize = 1024;
+const _: () = assert!(RUN_SLOTS.is_power_of_two(), "run_slot takes the hash's top bits");
 
 /// Where the bottom-level entry of a walk was, and how many entries of the same region
 /// follow it in the same BT page (itself included).
@@ -568,50 +591,56 @@ impl TranslationCache {
         if !self.pages.is_empty() {
             self.pages.clear();
         }
-        if let Some(run) = &mut self.run {
-            run.count = 0;
-        }
+        self.generation = self.generation.wrapping_add(1);
     }
 
-    /// The page base `key` has in the leaf run, if the run holds it and the walk would
-    /// accept its entry.
+    /// The run of `key`'s MTR, if it was read since the pages were last forgotten.
+    #[inline]
+    fn run_of(&self, key: &PageKey) -> Option<&LeafRun> {
+        let run = self.runs.get(key.run_slot())?;
+        let current = run.generation == self.generation
+            && run.count > 0
+            && run.key.root == key.root
+            && run.key.shape == key.shape
+            && run.key.page_counts == key.page_counts;
+        current.then_some(run)
+    }
+
+    /// The page base `key` has in its MTR's leaf run, if the run holds it and the walk
+    /// would accept its entry.
     #[inline]
     fn run_base(&self, key: &PageKey, page_size: u64) -> Option<u64> {
-        let run = self.run.as_deref()?;
+        let run = self.run_of(key)?;
         let at = key.page.wrapping_sub(run.key.page);
-        if at >= run.count
-            || run.key.root != key.root
-            || run.key.shape != key.shape
-            || run.key.page_counts != key.page_counts
-        {
+        if at >= run.count {
             return None;
         }
         let value = run.entries[at as usize];
         (value != 0 && value & (page_size - 1) == 0).then_some(value)
     }
 
-    /// Whether `key` is the page right after the leaf run's last, in the same MTR.
+    /// Whether `key` is the page right after the last of its MTR's leaf run.
     #[inline]
     fn run_continues_to(&self, key: &PageKey) -> bool {
-        self.run.as_deref().is_some_and(|run| {
-            run.count > 0
-                && run.key.page.checked_add(run.count) == Some(key.page)
-                && run.key.root == key.root
-                && run.key.shape == key.shape
-                && run.key.page_counts == key.page_counts
-        })
+        self.run_of(key)
+            .is_some_and(|run| run.key.page.checked_add(run.count) == Some(key.page))
     }
 
-    /// Reads the run of bottom-level entries from the one a walk of `key` used.
+    /// Reads the run of bottom-level entries from the one a walk of `key` used, into the
+    /// slot of `key`'s MTR.
     fn fill_run(&mut self, memory: &dyn HostMemory, key: PageKey, leaf: Leaf) {
         let count = leaf.following.min(LEAF_RUN as u64);
-        let run = self.run.get_or_insert_with(|| {
-            Box::new(LeafRun {
+        if self.runs.is_empty() {
+            let empty = LeafRun {
                 key,
                 count: 0,
+                generation: self.generation,
                 entries: [0; LEAF_RUN],
-            })
-        });
+            };
+            self.runs = vec![empty; RUN_SLOTS];
+        }
+        let generation = self.generation;
+        let run = &mut self.runs[key.run_slot()];
         run.count = 0;
         let mut bytes = [0u8; LEAF_RUN * BT_ENTRY_SIZE as usize];
         let bytes = &mut bytes[..count as usize * BT_ENTRY_SIZE as usize];
@@ -623,6 +652,7 @@ impl TranslationCache {
         }
         run.key = key;
         run.count = count;
+        run.generation = generation;
     }
 
     /// Pages remembered.

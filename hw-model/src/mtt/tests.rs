@@ -727,3 +727,44 @@ fn a_stream_through_a_region_walks_once_per_run_of_bottom_entries() {
     assert_eq!(cache.translate(&memory, &mtr, 21 * 4096), Ok(0x100_0000 + 21 * 4096));
     assert_eq!(cache.translate(&memory, &mtr, 22 * 4096), Ok(0x700_0000));
 }
+
+#[test]
+fn streams_through_many_regions_taking_turns_each_keep_their_own_run() {
+    // 64 regions of 16 pages each (a QP's buffer each), translated page after page with
+    // the regions in turn, as the model sends a packet of each QP in turn: each region is
+    // walked once, for its first page, and the rest of its pages come from its own run.
+    let memory = PagedMemory::new();
+    let backing = crate::memory::Backing::zeroed(64 * FRAME_SIZE as usize);
+    let (regions, pages) = (64u64, 16u64);
+    let bus = |region: u64, page: u64| 0x1000_0000 + (region * pages + page) * 4096;
+    let mut mtrs = Vec::new();
+    for region in 0..regions {
+        let table = 0x1_0000 + region * FRAME_SIZE;
+        memory.map_frame(table, &backing, region as usize, true);
+        for page in 0..pages {
+            memory.write_u64(table + page * 8, bus(region, page)).unwrap();
+        }
+        mtrs.push(Mtr::single(table, 12, 12, pages, 1));
+    }
+    let counting = CountingMemory::new(&memory);
+    let mut cache = TranslationCache::default();
+    for page in 0..pages {
+        for (region, mtr) in mtrs.iter().enumerate() {
+            let offset = page * 4096 + 5;
+            assert_eq!(
+                cache.translate(&counting, mtr, offset),
+                Ok(bus(region as u64, page) + 5)
+            );
+        }
+    }
+    // A walk reads its entry, then the run: two reads per region, however slots are
+    // shared (regions whose MTRs hash alike take the slot in turn and walk again).
+    let reads = counting.take() as u64;
+    assert!(reads >= 2 * regions && reads <= 2 * regions + 16, "{reads} BT reads");
+    assert_eq!(cache.len(), reads as usize / 2, "one page remembered per walk");
+
+    // Every run is forgotten with the pages.
+    cache.clear();
+    assert_eq!(cache.translate(&counting, &mtrs[3], 4096), Ok(bus(3, 1)));
+    assert_eq!(counting.take(), 2, "walked again after a clear, with a fresh run");
+}
