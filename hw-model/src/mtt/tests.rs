@@ -768,3 +768,27 @@ fn streams_through_many_regions_taking_turns_each_keep_their_own_run() {
     assert_eq!(cache.translate(&counting, &mtrs[3], 4096), Ok(bus(3, 1)));
     assert_eq!(counting.take(), 2, "walked again after a clear, with a fresh run");
 }
+
+#[test]
+fn a_copied_cache_answers_the_same_and_walks_again_only_where_a_run_answered() {
+    // Hop 1, 32 pages: a walk of page 0 reads the run 0..16 and remembers page 0 only.
+    let memory = PagedMemory::new();
+    let backing = crate::memory::Backing::zeroed(FRAME_SIZE as usize);
+    memory.map_frame(0x1_0000, &backing, 0, true);
+    for page in 0..32u64 {
+        memory.write_u64(0x1_0000 + page * 8, 0x100_0000 + page * 4096).unwrap();
+    }
+    let mtr = Mtr::single(0x1_0000, 12, 12, 32, 1);
+    let counting = CountingMemory::new(&memory);
+    let mut cache = TranslationCache::default();
+    assert_eq!(cache.translate(&counting, &mtr, 0), Ok(0x100_0000));
+    assert_eq!(counting.take(), 2);
+    let mut copy = cache.clone();
+    assert_eq!(copy.len(), 1);
+    assert_eq!(copy.translate(&counting, &mtr, 0), Ok(0x100_0000));
+    assert_eq!(counting.take(), 0, "the remembered page is copied");
+    assert_eq!(copy.translate(&counting, &mtr, 5 * 4096), Ok(0x100_0000 + 5 * 4096));
+    assert_eq!(counting.take(), 2, "the run is not: the copy walks page 5, with a run");
+    assert_eq!(cache.translate(&counting, &mtr, 5 * 4096), Ok(0x100_0000 + 5 * 4096));
+    assert_eq!(counting.take(), 0, "the original still has its run");
+}
