@@ -533,7 +533,10 @@ pub struct TranslationCache {
 /// per [`LEAF_RUN`] pages, not once per page, even once the page memo is full. An entry
 /// is used only if the walk would accept it (non-zero, page aligned); any other falls
 /// back to the walk, which gives the error.
+// Aligned to a cache line, and the key, count and generation (64 bytes) first: the check
+// of a slot reads one line, and the entry it then uses one more.
 #[derive(Debug, Clone)]
+#[repr(C, align(64))]
 struct LeafRun {
     /// The MTR and the run's first page.
     key: PageKey,
@@ -547,13 +550,14 @@ struct LeafRun {
 /// Most bottom-level entries a walk reads ahead (one 128-byte read).
 const LEAF_RUN: usize = 16;
 
-/// Leaf runs a [`TranslationCache`] keeps, one per MTR hash (≈ 200 bytes each). Each
+/// Leaf runs a [`TranslationCache`] keeps, one per MTR hash (192 bytes each). Each
 /// QP's payload streams through a buffer of its own, and the model sends a packet of each
 /// QP in turn: with one run for all, 64 QPs found another QP's run on every packet and
 /// asked the page table, whose entry for that page had been evicted by the payload of the
 /// whole round (docs/benchmarks.md, many QPs). A run is touched once per round instead.
 const RUN_SLOTS: usize = 1024;
 const _: () = assert!(RUN_SLOTS.is_power_of_two(), "run_slot takes the hash's top bits");
+const _: () = assert!(std::mem::size_of::<LeafRun>() == 192 && std::mem::offset_of!(LeafRun, entries) == 64);
 
 /// Where the bottom-level entry of a walk was, and how many entries of the same region
 /// follow it in the same BT page (itself included).
