@@ -651,18 +651,24 @@ fn a_cached_range_from_a_known_first_address_gives_the_walked_pieces() {
     ));
 }
 
+/// A hop-1 region of `pages` 4 KiB pages: one BT page at 0x1_0000 whose entry `n` maps
+/// page `n` to 0x100_0000 + n × 4 KiB.
+fn hop1_region(pages: u64) -> (PagedMemory, Mtr) {
+    let memory = PagedMemory::new();
+    let backing = crate::memory::Backing::zeroed(FRAME_SIZE as usize);
+    memory.map_frame(0x1_0000, &backing, 0, true);
+    for page in 0..pages {
+        memory.write_u64(0x1_0000 + page * 8, 0x100_0000 + page * 4096).unwrap();
+    }
+    (memory, Mtr::single(0x1_0000, 12, 12, pages, 1))
+}
+
 #[test]
 fn a_stream_leaving_the_run_reads_the_next_run_even_past_a_remembered_page() {
     // Hop 1, 64 pages. Page 16 is remembered (walked), then a walk of page 0 reads the
     // run 0..16; the stream's next page, 16, is walked again, so that its followers come
     // from a fresh run rather than from the page table one by one.
-    let memory = PagedMemory::new();
-    let backing = crate::memory::Backing::zeroed(FRAME_SIZE as usize);
-    memory.map_frame(0x1_0000, &backing, 0, true);
-    for page in 0..64u64 {
-        memory.write_u64(0x1_0000 + page * 8, 0x100_0000 + page * 4096).unwrap();
-    }
-    let mtr = Mtr::single(0x1_0000, 12, 12, 64, 1);
+    let (memory, mtr) = hop1_region(64);
     let counting = CountingMemory::new(&memory);
     let mut cache = TranslationCache::default();
     let page = |n: u64| Ok(0x100_0000 + n * 4096);
@@ -684,16 +690,10 @@ fn a_stream_leaving_the_run_reads_the_next_run_even_past_a_remembered_page() {
 fn a_stream_through_a_region_walks_once_per_run_of_bottom_entries() {
     // Hop 1, 64 pages: a walk reads its entry and the next LEAF_RUN - 1 of the region in
     // one read, and the pages they map need no walk.
-    let memory = PagedMemory::new();
-    let backing = crate::memory::Backing::zeroed(FRAME_SIZE as usize);
-    memory.map_frame(0x1_0000, &backing, 0, true);
     let pages = 64u64;
-    for page in 0..pages {
-        memory.write_u64(0x1_0000 + page * 8, 0x100_0000 + page * 4096).unwrap();
-    }
+    let (memory, mtr) = hop1_region(pages);
     // A hole the walk refuses: the run does not paper over it.
     memory.write_u64(0x1_0000 + 40 * 8, 0).unwrap();
-    let mtr = Mtr::single(0x1_0000, 12, 12, pages, 1);
     let counting = CountingMemory::new(&memory);
     let mut cache = TranslationCache::default();
     for page in 0..pages {
@@ -772,13 +772,7 @@ fn streams_through_many_regions_taking_turns_each_keep_their_own_run() {
 #[test]
 fn a_copied_cache_answers_the_same_and_walks_again_only_where_a_run_answered() {
     // Hop 1, 32 pages: a walk of page 0 reads the run 0..16 and remembers page 0 only.
-    let memory = PagedMemory::new();
-    let backing = crate::memory::Backing::zeroed(FRAME_SIZE as usize);
-    memory.map_frame(0x1_0000, &backing, 0, true);
-    for page in 0..32u64 {
-        memory.write_u64(0x1_0000 + page * 8, 0x100_0000 + page * 4096).unwrap();
-    }
-    let mtr = Mtr::single(0x1_0000, 12, 12, 32, 1);
+    let (memory, mtr) = hop1_region(32);
     let counting = CountingMemory::new(&memory);
     let mut cache = TranslationCache::default();
     assert_eq!(cache.translate(&counting, &mtr, 0), Ok(0x100_0000));
