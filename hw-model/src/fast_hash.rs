@@ -13,7 +13,9 @@ pub(crate) type FastHashMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>
 /// A `HashSet` hashed with [`WordHasher`].
 pub(crate) type FastHashSet<K> = HashSet<K, BuildHasherDefault<WordHasher>>;
 
-const MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+/// 2⁶⁴ over the golden ratio: the multiplier of Fibonacci hashing, whose product's top
+/// bits spread consecutive or evenly spaced keys.
+pub(crate) const FIBONACCI_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// One multiply per word. Byte slices (what arrays of integers hash as) are folded in
 /// eight bytes at a time.
@@ -55,7 +57,7 @@ impl Hasher for WordHasher {
         // The high bits of the product pick the bucket group and the control byte; fold
         // them down so both halves of the hash are well mixed. Rotating the running state
         // first keeps (a, b) and (b, a) apart in tuple keys.
-        let h = (self.0.rotate_left(5) ^ value).wrapping_mul(MULTIPLIER);
+        let h = (self.0.rotate_left(5) ^ value).wrapping_mul(FIBONACCI_MULTIPLIER);
         self.0 = h ^ (h >> 32);
     }
 }
