@@ -446,7 +446,7 @@ pub fn try_translate_range_from<E: From<MttError>>(
 }
 
 /// Most pages a [`TranslationCache`] remembers: every buffer page of 1 024 QPs with a
-/// 64 KiB buffer each and their queues (≈ 20 000 per NIC), at ≈ 60 bytes a page; with
+/// 64 KiB buffer each and their queues (≈ 20 000 per NIC), at ≈ 90 bytes a page; with
 /// only walked pages remembered, a stream needs one per 16 pages. The memo is the
 /// emulator's, not the modelled MTT cache (`timing::lru` charges that one's misses on its
 /// own, `TimingParams::mtt_cache_entries`), so its size changes no virtual result; at 512
@@ -513,7 +513,8 @@ impl PageKey {
 /// does so on every command and mailbox, as it does for context addresses; see `hem`).
 #[derive(Debug, Default)]
 pub struct TranslationCache {
-    pages: FastHashMap<PageKey, u64>,
+    /// Walked pages: each one's base, and where its walk's bottom-level entry was.
+    pages: FastHashMap<PageKey, RememberedPage>,
     /// MTRs that passed [`Mtr::validate`] (at most [`VALID_MTRS`]; forgotten all at once
     /// when full). Validity depends on nothing but the MTR itself, so a buffer used again
     /// (the SQ, the CQ, a payload MR: a few per message) is not validated again; this is
@@ -561,6 +562,16 @@ const LEAF_RUN: usize = 16;
 const RUN_SLOTS: usize = 1024;
 const _: () = assert!(RUN_SLOTS.is_power_of_two(), "run_slot takes the hash's top bits");
 const _: () = assert!(std::mem::size_of::<LeafRun>() == 192 && std::mem::offset_of!(LeafRun, entries) == 64);
+
+/// A walked page as [`TranslationCache`] remembers it.
+#[derive(Debug, Clone, Copy)]
+struct RememberedPage {
+    /// The page's bus address.
+    base: u64,
+    /// Its bottom-level entry, from which a stream that comes back to the page reads the
+    /// run again (none for a direct MTR's walk).
+    leaf: Option<Leaf>,
+}
 
 /// Where the bottom-level entry of a walk was, and how many entries of the same region
 /// follow it in the same BT page (itself included).
@@ -730,8 +741,18 @@ impl TranslationCache {
         // table's lines (a buffer sent again and again would otherwise end up answered
         // from the table page by page, as before).
         if !self.run_continues_to(&key) {
-            if let Some(&base) = self.pages.get(&key) {
-                return Ok(base + in_page);
+            if let Some(&page) = self.pages.get(&key) {
+                // A stream that comes back to a remembered page (a buffer sent again, a
+                // slot of a ring of buffers used again) reads the run from there, so the
+                // pages after it come from the run too. Without it the run stayed where the
+                // last walk left it: once every page a stream starts a run at had been
+                // walked, the buffer was answered from the table page by page for good,
+                // a cold line per page for a buffer past the caches (docs/benchmarks.md,
+                // "Read-ahead").
+                if let Some(leaf) = page.leaf {
+                    self.fill_run(memory, key, leaf);
+                }
+                return Ok(page.base + in_page);
             }
         }
         self.validate(mtr)?;
@@ -739,13 +760,17 @@ impl TranslationCache {
         if let Some(leaf) = leaf {
             self.fill_run(memory, key, leaf);
         }
+        // The walk returned a page-aligned address plus `in_page`.
+        let page = RememberedPage {
+            base: address - in_page,
+            leaf,
+        };
         // Only walked pages are remembered (a page the run answers costs a walk per run
         // when it comes back, not one each). When full, new pages are simply not
         // remembered (a stream over a large region would only churn the table) until the
         // owner next clears it.
         if self.pages.len() < TRANSLATION_CACHE_CAPACITY {
-            // The walk returned a page-aligned address plus `in_page`.
-            self.pages.insert(key, address - in_page);
+            self.pages.insert(key, page);
         }
         Ok(address)
     }

@@ -681,8 +681,11 @@ fn a_stream_leaving_the_run_reads_the_next_run_even_past_a_remembered_page() {
     assert_eq!(counting.take(), 2, "the stream walks on past the remembered page 16");
     assert_eq!(cache.translate(&counting, &mtr, 17 * 4096), page(17));
     assert_eq!(counting.take(), 0, "and page 17 comes from the run that walk read");
-    // Away from the run, a remembered page is answered from the table.
+    // Away from the run, a remembered page is answered from the table, and the run is
+    // read again from its entry: the stream that came back goes on from the run.
     assert_eq!(cache.translate(&counting, &mtr, 0), page(0));
+    assert_eq!(counting.take(), 1);
+    assert_eq!(cache.translate(&counting, &mtr, 1 << 12), page(1));
     assert_eq!(counting.take(), 0);
 }
 
@@ -707,25 +710,63 @@ fn a_stream_through_a_region_walks_once_per_run_of_bottom_entries() {
     // walked (and refused) on its own, and page 41 still comes from page 32's run.
     assert_eq!(counting.take(), 2 + 2 + 2 + 1 + 2);
     assert_eq!(cache.len(), 4, "only walked pages are remembered, not the run's");
-    // A remembered page comes back from the memo after the run moved on; the run is
-    // asked first, and a page in neither is walked again (with its run).
+    // A remembered page comes back from the memo after the run moved on, and the run is
+    // read again from its entry (one read, no walk): the pages after it come from the run.
     assert_eq!(cache.translate(&counting, &mtr, 16 * 4096), Ok(0x100_0000 + 16 * 4096));
-    assert_eq!(counting.take(), 0, "page 16 was walked: the memo answers");
+    assert_eq!(
+        counting.take(),
+        1,
+        "page 16 was walked: the memo answers, the run is read"
+    );
     assert_eq!(cache.translate(&counting, &mtr, 17 * 4096), Ok(0x100_0000 + 17 * 4096));
-    assert_eq!(counting.take(), 2, "page 17 came from a run only: walked again");
-    assert_eq!(cache.translate(&counting, &mtr, 18 * 4096), Ok(0x100_0000 + 18 * 4096));
-    assert_eq!(counting.take(), 0, "and page 18 from the new run");
+    assert_eq!(counting.take(), 0, "page 17 from the run read at page 16");
+    // A page in neither the run nor the memo is walked again, with its run.
+    assert_eq!(cache.translate(&counting, &mtr, 2 * 4096), Ok(0x100_0000 + 2 * 4096));
+    assert_eq!(counting.take(), 2, "page 2 came from a run only: walked again");
+    assert_eq!(cache.translate(&counting, &mtr, 3 * 4096), Ok(0x100_0000 + 3 * 4096));
+    assert_eq!(counting.take(), 0, "and page 3 from the new run");
     assert!(cache.translate(&counting, &mtr, 40 * 4096).is_err());
 
-    // The run answers with what it read until the owner clears it (page 22 is in the
-    // run page 17's walk read), and is forgotten with the pages: a changed entry is seen
+    // The run answers with what it read until the owner clears it (page 17 is in the
+    // run page 2's walk read), and is forgotten with the pages: a changed entry is seen
     // after a clear.
-    memory.write_u64(0x1_0000 + 22 * 8, 0x700_0000).unwrap();
-    assert_eq!(cache.translate(&memory, &mtr, 22 * 4096), Ok(0x100_0000 + 22 * 4096));
+    memory.write_u64(0x1_0000 + 17 * 8, 0x700_0000).unwrap();
+    assert_eq!(cache.translate(&memory, &mtr, 17 * 4096), Ok(0x100_0000 + 17 * 4096));
     cache.clear();
     assert!(cache.is_empty());
-    assert_eq!(cache.translate(&memory, &mtr, 21 * 4096), Ok(0x100_0000 + 21 * 4096));
-    assert_eq!(cache.translate(&memory, &mtr, 22 * 4096), Ok(0x700_0000));
+    assert_eq!(cache.translate(&memory, &mtr, 16 * 4096), Ok(0x100_0000 + 16 * 4096));
+    assert_eq!(cache.translate(&memory, &mtr, 17 * 4096), Ok(0x700_0000));
+}
+
+#[test]
+fn a_buffer_streamed_again_and_again_is_answered_from_its_runs_not_page_by_page_from_the_table() {
+    // Hop 1, 64 pages, streamed from the first page to the last twenty times, as a buffer
+    // sent again and again is. Each pass starts away from the run the last one left (at
+    // page 48), at page 0, which the memo knows: the run is read from there, and each run
+    // after it from the walk where the last one ends. So every pass reads four runs, and
+    // the memo keeps the four pages those start at, not every page of the buffer.
+    let (memory, mtr) = hop1_region(64);
+    let counting = CountingMemory::new(&memory);
+    let mut cache = TranslationCache::default();
+    for pass in 0..20 {
+        for page in 0..64u64 {
+            assert_eq!(
+                cache.translate(&counting, &mtr, page * 4096),
+                Ok(0x100_0000 + page * 4096)
+            );
+        }
+        let reads = counting.take();
+        let expected = if pass == 0 { 4 * 2 } else { 1 + 3 * 2 };
+        assert_eq!(
+            reads, expected,
+            "pass {pass}: the run read at page 0, walks at pages 16, 32, 48"
+        );
+        assert_eq!(
+            cache.len(),
+            4,
+            "pass {pass}: only the pages runs start at are remembered"
+        );
+    }
 }
 
 #[test]
@@ -779,10 +820,18 @@ fn a_copied_cache_answers_the_same_and_walks_again_only_where_a_run_answered() {
     assert_eq!(counting.take(), 2);
     let mut copy = cache.clone();
     assert_eq!(copy.len(), 1);
-    assert_eq!(copy.translate(&counting, &mtr, 0), Ok(0x100_0000));
-    assert_eq!(counting.take(), 0, "the remembered page is copied");
     assert_eq!(copy.translate(&counting, &mtr, 5 * 4096), Ok(0x100_0000 + 5 * 4096));
-    assert_eq!(counting.take(), 2, "the run is not: the copy walks page 5, with a run");
+    assert_eq!(
+        counting.take(),
+        2,
+        "the run is not copied: the copy walks page 5, with a run"
+    );
+    assert_eq!(copy.translate(&counting, &mtr, 0), Ok(0x100_0000));
+    assert_eq!(
+        counting.take(),
+        1,
+        "the remembered page is: no walk, its run read again"
+    );
     assert_eq!(cache.translate(&counting, &mtr, 5 * 4096), Ok(0x100_0000 + 5 * 4096));
     assert_eq!(counting.take(), 0, "the original still has its run");
 }
