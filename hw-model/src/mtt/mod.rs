@@ -486,6 +486,12 @@ impl PageKey {
         (word.wrapping_mul(FIBONACCI_MULTIPLIER) >> (64 - RUN_SLOTS.trailing_zeros())) as usize
     }
 
+    /// Whether `other` is a page of the same MTR.
+    #[inline]
+    fn same_mtr(&self, other: &PageKey) -> bool {
+        self.root == other.root && self.shape == other.shape && self.page_counts == other.page_counts
+    }
+
     fn new(mtr: &Mtr, page: u64) -> Self {
         let hops = mtr
             .regions
@@ -630,12 +636,16 @@ impl TranslationCache {
     #[inline]
     fn run_of(&self, key: &PageKey) -> Option<&LeafRun> {
         let run = self.runs.get(key.run_slot())?;
-        let current = run.generation == self.generation
-            && run.count > 0
-            && run.key.root == key.root
-            && run.key.shape == key.shape
-            && run.key.page_counts == key.page_counts;
+        let current = run.generation == self.generation && run.count > 0 && run.key.same_mtr(key);
         current.then_some(run)
+    }
+
+    /// Whether `key`'s run slot holds a current run of another MTR.
+    #[inline]
+    fn run_slot_held_by_another(&self, key: &PageKey) -> bool {
+        self.runs
+            .get(key.run_slot())
+            .is_some_and(|run| run.generation == self.generation && run.count > 0 && !run.key.same_mtr(key))
     }
 
     /// The page base `key` has in its MTR's leaf run, if the run holds it and the walk
@@ -749,7 +759,10 @@ impl TranslationCache {
                 // walked, the buffer was answered from the table page by page for good,
                 // a cold line per page for a buffer past the caches (docs/benchmarks.md,
                 // "Read-ahead").
-                if let Some(leaf) = page.leaf {
+                // Not over another MTR's run: two MTRs that share a slot and take turns
+                // (a packet of each of 1 024 QPs) would each read their run on every
+                // access, where the table alone answers.
+                if let Some(leaf) = page.leaf.filter(|_| !self.run_slot_held_by_another(&key)) {
                     self.fill_run(memory, key, leaf);
                 }
                 return Ok(page.base + in_page);

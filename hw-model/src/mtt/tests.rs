@@ -770,6 +770,49 @@ fn a_buffer_streamed_again_and_again_is_answered_from_its_runs_not_page_by_page_
 }
 
 #[test]
+fn a_remembered_page_does_not_take_the_run_slot_from_another_buffer_it_shares_it_with() {
+    // Two hop-1 regions whose MTRs hash to the same run slot, taking turns (two QPs'
+    // buffers among many): a page the memo knows is answered from the table alone while
+    // the other region holds the slot, so the two do not read their runs in turn on every
+    // access; a page the memo does not know is walked and takes the slot, as before.
+    let (memory, first) = hop1_region(32);
+    let slot = PageKey::new(&first, 0).run_slot();
+    let second = (1..1u64 << 20)
+        .map(|i| Mtr::single(0x1_0000 + i * FRAME_SIZE, 12, 12, 32, 1))
+        .find(|mtr| PageKey::new(mtr, 0).run_slot() == slot)
+        .expect("some root in a million shares the slot");
+    let backing = crate::memory::Backing::zeroed(FRAME_SIZE as usize);
+    memory.map_frame(second.root, &backing, 0, true);
+    for page in 0..32 {
+        memory
+            .write_u64(second.root + page * 8, 0x200_0000 + page * 4096)
+            .unwrap();
+    }
+    let counting = CountingMemory::new(&memory);
+    let mut cache = TranslationCache::default();
+    assert_eq!(cache.translate(&counting, &first, 0), Ok(0x100_0000));
+    assert_eq!(cache.translate(&counting, &second, 0), Ok(0x200_0000));
+    assert_eq!(
+        counting.take(),
+        4,
+        "two walks, each with its run; the second took the slot"
+    );
+    for _ in 0..3 {
+        assert_eq!(cache.translate(&counting, &first, 0), Ok(0x100_0000));
+        assert_eq!(cache.translate(&counting, &second, 4096), Ok(0x200_0000 + 4096));
+    }
+    assert_eq!(counting.take(), 0, "the table answers the first, the run the second");
+    assert_eq!(cache.translate(&counting, &first, 4096), Ok(0x100_0000 + 4096));
+    assert_eq!(
+        counting.take(),
+        2,
+        "a page the memo does not know is walked, with its run"
+    );
+    assert_eq!(cache.translate(&counting, &first, 2 * 4096), Ok(0x100_0000 + 2 * 4096));
+    assert_eq!(counting.take(), 0, "and the first holds the slot now");
+}
+
+#[test]
 fn streams_through_many_regions_taking_turns_each_keep_their_own_run() {
     // 64 regions of 16 pages each (a QP's buffer each), translated page after page with
     // the regions in turn, as the model sends a packet of each QP in turn: each region is
