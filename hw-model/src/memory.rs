@@ -9,7 +9,6 @@
 use std::sync::{Arc, RwLock};
 
 use rnic_firmware_if::bits::Layout;
-use rnic_os::PrefetchIntent;
 
 use crate::fast_hash::FastHashMap;
 
@@ -120,9 +119,9 @@ const _: () = assert!(FRAME_SIZE as usize == rnic_os::READ_AHEAD_BYTES);
 /// A buffer that backs mapped frames; shared between the mapper and the memory.
 ///
 /// A copy that ends at a frame boundary asks the CPU for the backing's next frame
-/// ([`rnic_os::read_ahead`]): the transport moves a message a packet, and so a frame, at a
+/// ([`rnic_os::read_ahead`], into its second-level cache): the transport moves a message a packet, and so a frame, at a
 /// time, with the rest of a packet's work between two frames of the same buffer, and the
-/// CPU's own prefetchers stop at the page boundary (docs/benchmarks.md, "Read-ahead").
+/// CPU's own prefetchers stop at the page boundary (docs/benchmarks.md, "Cold buffers").
 /// Only a hint: what an access reads or writes does not depend on it.
 #[derive(Debug)]
 pub struct Backing {
@@ -161,7 +160,7 @@ impl Backing {
         match offset.checked_add(out.len()).and_then(|end| bytes.get(offset..end)) {
             Some(src) => {
                 out.copy_from_slice(src);
-                rnic_os::read_ahead(&bytes, offset + out.len(), PrefetchIntent::Read);
+                rnic_os::read_ahead(&bytes, offset + out.len());
                 true
             }
             None => false,
@@ -177,7 +176,7 @@ impl Backing {
         {
             Some(dst) => {
                 dst.copy_from_slice(data);
-                rnic_os::read_ahead(&bytes, offset + data.len(), PrefetchIntent::Write);
+                rnic_os::read_ahead(&bytes, offset + data.len());
                 true
             }
             None => false,

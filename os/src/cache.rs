@@ -8,8 +8,16 @@
 //! page boundary therefore asks for the page after it here. A hint has no effect on what
 //! any access reads or writes (the model stays deterministic), and it never faults.
 //!
-//! This module holds the instruction itself (`prefetcht0` / `prefetchw`, which Rust's
-//! `core::arch` only offers as `unsafe` functions); on other architectures it does nothing.
+//! The hint asks for the second-level cache (`prefetcht1`), not the first: a page per
+//! copy would churn the first level, which holds the model's own state (contexts, tables,
+//! the frame being built), and from the second the copy's loads are a short wait that the
+//! CPU's first-level prefetchers hide within the page. The destination of a write is asked
+//! for the same way: a line no other core holds arrives exclusive, and the stores that
+//! follow take it without another trip. (`prefetcht0`, and `prefetchw` for writes, was
+//! measured too: no faster anywhere; docs/benchmarks.md, "Cold buffers".)
+//!
+//! This module holds the instruction itself, which Rust's `core::arch` only offers as an
+//! `unsafe` function; on other architectures it does nothing.
 #![allow(unsafe_code)]
 
 /// Bytes apart of the lines a prefetch asks for (the cache line of x86-64 CPUs).
@@ -18,22 +26,12 @@ const LINE: usize = 64;
 /// Bytes a copy that ends at a page boundary asks for after it: one page.
 pub const READ_AHEAD_BYTES: usize = 4096;
 
-/// Whether the lines are about to be read or written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PrefetchIntent {
-    /// Read: the lines are fetched shared (`prefetcht0`).
-    Read,
-    /// Write: the lines are fetched for ownership (`prefetchw`), so the stores that follow
-    /// do not wait for a read-for-ownership.
-    Write,
-}
-
-/// Asks the CPU to start loading every cache line of `bytes` into its caches.
+/// Asks the CPU to start loading every cache line of `bytes` into its second-level cache.
 #[inline]
-pub fn prefetch(bytes: &[u8], intent: PrefetchIntent) {
+pub fn prefetch(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
         // A counted loop over addresses: it runs after every page-sized copy, also when
         // the page is in the cache already, and `chunks` cost ≈ 5 instructions a line
         // more (8 % of a hot 64 KiB WRITE run).
@@ -43,20 +41,15 @@ pub fn prefetch(bytes: &[u8], intent: PrefetchIntent) {
             // Pointer arithmetic only: nothing is dereferenced here.
             let address = start.wrapping_add(offset).cast::<i8>();
             // SAFETY: a prefetch reads and writes no memory and raises no fault whatever the
-            // address (Intel SDM and AMD APM, PREFETCHh and PREFETCHW), and this one is
-            // inside a live slice; `sse`, which the intrinsic is declared with, is part of
-            // every x86-64 CPU.
-            unsafe {
-                match intent {
-                    PrefetchIntent::Read => _mm_prefetch::<_MM_HINT_T0>(address),
-                    PrefetchIntent::Write => _mm_prefetch::<_MM_HINT_ET0>(address),
-                }
-            }
+            // address (Intel SDM and AMD APM, PREFETCHh), and this one is inside a live
+            // slice; `sse`, which the intrinsic is declared with, is part of every x86-64
+            // CPU.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(address) };
             offset += LINE;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bytes, intent);
+    let _ = bytes;
 }
 
 /// The page of a buffer of `length` bytes (pages from offset 0) that follows a copy that
@@ -70,12 +63,13 @@ fn read_ahead_range(end: usize, length: usize) -> Option<std::ops::Range<usize>>
     Some(end..end + READ_AHEAD_BYTES.min(length - end))
 }
 
-/// After a copy that ended at byte `end` of `buffer` (whose pages start at offset 0):
-/// [`prefetch`] of the buffer's next page when the copy ended at a page boundary.
+/// After a copy that ended at byte `end` of `buffer` (whose pages start at offset 0), out
+/// of it or into it: [`prefetch`] of the buffer's next page when the copy ended at a page
+/// boundary.
 #[inline]
-pub fn read_ahead(buffer: &[u8], end: usize, intent: PrefetchIntent) {
+pub fn read_ahead(buffer: &[u8], end: usize) {
     if let Some(range) = read_ahead_range(end, buffer.len()) {
-        prefetch(&buffer[range], intent);
+        prefetch(&buffer[range]);
     }
 }
 
@@ -90,12 +84,12 @@ mod tests {
             *byte = i as u8;
         }
         let before = bytes.clone();
-        for intent in [PrefetchIntent::Read, PrefetchIntent::Write] {
-            prefetch(&bytes, intent);
-            prefetch(&bytes[5..70], intent);
-            prefetch(&bytes[..0], intent);
-            prefetch(&bytes[bytes.len() - 1..], intent);
-        }
+        prefetch(&bytes);
+        prefetch(&bytes[5..70]);
+        prefetch(&bytes[..0]);
+        prefetch(&bytes[bytes.len() - 1..]);
+        read_ahead(&bytes, READ_AHEAD_BYTES);
+        read_ahead(&bytes, 3 * READ_AHEAD_BYTES);
         assert_eq!(bytes, before);
     }
 

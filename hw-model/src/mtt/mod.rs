@@ -758,7 +758,7 @@ impl TranslationCache {
                 // last walk left it: once every page a stream starts a run at had been
                 // walked, the buffer was answered from the table page by page for good,
                 // a cold line per page for a buffer past the caches (docs/benchmarks.md,
-                // "Read-ahead").
+                // "Cold buffers").
                 // Not over another MTR's run: two MTRs that share a slot and take turns
                 // (a packet of each of 1 024 QPs) would each read their run on every
                 // access, where the table alone answers.
