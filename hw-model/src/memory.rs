@@ -119,10 +119,11 @@ const _: () = assert!(FRAME_SIZE as usize == rnic_os::READ_AHEAD_BYTES);
 /// A buffer that backs mapped frames; shared between the mapper and the memory.
 ///
 /// A copy that ends at a frame boundary asks the CPU for the backing's next frame
-/// ([`rnic_os::read_ahead`], into its second-level cache): the transport moves a message a packet, and so a frame, at a
-/// time, with the rest of a packet's work between two frames of the same buffer, and the
-/// CPU's own prefetchers stop at the page boundary (docs/benchmarks.md, "Cold buffers").
-/// Only a hint: what an access reads or writes does not depend on it.
+/// ([`rnic_os::read_ahead`], into its second-level cache): the transport moves a message
+/// a packet, and so a frame, at a time, with the rest of a packet's work between two
+/// frames of the same buffer, and the CPU's own prefetchers stop at the page boundary
+/// (docs/benchmarks.md, "Cold buffers"). Only a hint: what an access reads or writes
+/// does not depend on it.
 #[derive(Debug)]
 pub struct Backing {
     bytes: RwLock<Box<[u8]>>,

@@ -28,7 +28,7 @@ pub const READ_AHEAD_BYTES: usize = 4096;
 
 /// Asks the CPU to start loading every cache line of `bytes` into its second-level cache.
 #[inline]
-pub fn prefetch(bytes: &[u8]) {
+fn prefetch(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
@@ -64,7 +64,7 @@ fn read_ahead_range(end: usize, length: usize) -> Option<std::ops::Range<usize>>
 }
 
 /// After a copy that ended at byte `end` of `buffer` (whose pages start at offset 0), out
-/// of it or into it: [`prefetch`] of the buffer's next page when the copy ended at a page
+/// of it or into it: a prefetch of the buffer's next page when the copy ended at a page
 /// boundary.
 #[inline]
 pub fn read_ahead(buffer: &[u8], end: usize) {

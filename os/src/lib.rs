@@ -41,10 +41,10 @@
 //!   cost on a machine shared with other work, which `std` does not offer;
 //! * `madvise(MADV_HUGEPAGE)` ([`advise_huge_pages`]) — transparent huge pages for large
 //!   registered application buffers and the storage crate's RAM disks, read at random;
-//! * `prefetcht1` ([`read_ahead`], [`prefetch`]) — not a system call but
-//!   the other `unsafe` the device model needs: the page after a DMA copy that ended at a
-//!   page boundary, asked for while the model does a packet's other work (in
-//!   `core::arch` the instructions are `unsafe` functions).
+//! * `prefetcht1` ([`read_ahead`]) — not a system call, but the one `unsafe` the device
+//!   model needs: the page after a DMA copy that ended at a page boundary, asked for
+//!   while the model does a packet's other work (`core::arch` offers the instruction as
+//!   an `unsafe` function).
 //!
 //! Memory shared with another process is only ever touched through raw pointers
 //! (`copy_nonoverlapping`) or atomics, never through Rust references: the other process
@@ -65,7 +65,7 @@ mod thread;
 use std::io;
 
 pub use application::{advise_huge_pages, lock_pages, unlock_pages, ApplicationRange};
-pub use cache::{prefetch, read_ahead, READ_AHEAD_BYTES};
+pub use cache::{read_ahead, READ_AHEAD_BYTES};
 pub use datagram::{
     enable_receive_coalescing, receive_datagrams, send_segmented, wait_writable, DatagramBatch, SegmentedDatagrams,
     MAX_BATCH as MAX_DATAGRAM_BATCH, MAX_SEGMENTED_BYTES, MAX_SEGMENTS,

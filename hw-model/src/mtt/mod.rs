@@ -446,7 +446,7 @@ pub fn try_translate_range_from<E: From<MttError>>(
 }
 
 /// Most pages a [`TranslationCache`] remembers: every buffer page of 1 024 QPs with a
-/// 64 KiB buffer each and their queues (≈ 20 000 per NIC), at ≈ 90 bytes a page; with
+/// 64 KiB buffer each and their queues (≈ 20 000 per NIC), at ≈ 80 bytes a page; with
 /// only walked pages remembered, a stream needs one per 16 pages. The memo is the
 /// emulator's, not the modelled MTT cache (`timing::lru` charges that one's misses on its
 /// own, `TimingParams::mtt_cache_entries`), so its size changes no virtual result; at 512
@@ -759,6 +759,7 @@ impl TranslationCache {
                 // walked, the buffer was answered from the table page by page for good,
                 // a cold line per page for a buffer past the caches (docs/benchmarks.md,
                 // "Cold buffers").
+                //
                 // Not over another MTR's run: two MTRs that share a slot and take turns
                 // (a packet of each of 1 024 QPs) would each read their run on every
                 // access, where the table alone answers.
