@@ -9,9 +9,9 @@
 //! any access reads or writes (the model stays deterministic), and it never faults.
 //!
 //! The hint asks for the second-level cache (`prefetcht1`), not the first: a page per
-//! copy would churn the first level (32 KiB here), which holds the model's own state (contexts, tables,
-//! the frame being built), and from the second the copy's loads are a short wait that the
-//! CPU's first-level prefetchers hide within the page. The destination of a write is asked
+//! copy would churn the first level (32 KiB here), which holds the model's own state
+//! (contexts, tables, the frame being built), and from the second the copy's loads are a
+//! short wait that the CPU's first-level prefetchers hide within the page. The destination of a write is asked
 //! for the same way: a line no other core holds arrives exclusive, and the stores that
 //! follow take it without another trip. (`prefetcht0`, and `prefetchw` for writes, was
 //! measured too: nowhere faster beyond the rounds' spread; docs/benchmarks.md, "Cold

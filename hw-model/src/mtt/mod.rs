@@ -635,17 +635,21 @@ impl TranslationCache {
     /// The run of `key`'s MTR, if it was read since the pages were last forgotten.
     #[inline]
     fn run_of(&self, key: &PageKey) -> Option<&LeafRun> {
+        self.run_in_slot_of(key).filter(|run| run.key.same_mtr(key))
+    }
+
+    /// The run in `key`'s slot, of whichever MTR, if it was read since the pages were last
+    /// forgotten.
+    #[inline]
+    fn run_in_slot_of(&self, key: &PageKey) -> Option<&LeafRun> {
         let run = self.runs.get(key.run_slot())?;
-        let current = run.generation == self.generation && run.count > 0 && run.key.same_mtr(key);
-        current.then_some(run)
+        (run.generation == self.generation && run.count > 0).then_some(run)
     }
 
     /// Whether `key`'s run slot holds a current run of another MTR.
     #[inline]
     fn run_slot_held_by_another(&self, key: &PageKey) -> bool {
-        self.runs
-            .get(key.run_slot())
-            .is_some_and(|run| run.generation == self.generation && run.count > 0 && !run.key.same_mtr(key))
+        self.run_in_slot_of(key).is_some_and(|run| !run.key.same_mtr(key))
     }
 
     /// The page base `key` has in its MTR's leaf run, if the run holds it and the walk
