@@ -14,6 +14,8 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use crate::frame_floor::{frame_floor_rate, FloorMessage, FloorOperation, FLOOR_ROUND, FLOOR_ROUNDS};
+
 use rnic_firmware_if::caps::CapFlags;
 use rnic_hw_model::fabric::{CapturedFrame, DeviceId, FabricConfig, FabricStatistics, FaultPlan};
 use rnic_hw_model::time::Picoseconds;
@@ -67,6 +69,17 @@ impl Operation {
             Operation::Send => "send",
             Operation::Atomic => "atomic",
             Operation::Mixed => "mixed",
+        }
+    }
+
+    /// The message the frame floor moves for this operation: none for atomics and the
+    /// mix, whose messages are not one operation's frames.
+    pub fn floor_operation(self) -> Option<FloorOperation> {
+        match self {
+            Operation::Write => Some(FloorOperation::Write),
+            Operation::Read => Some(FloorOperation::Read),
+            Operation::Send => Some(FloorOperation::Send),
+            Operation::Atomic | Operation::Mixed => None,
         }
     }
 }
@@ -226,6 +239,9 @@ pub enum BenchError {
         /// Messages expected.
         expected: u64,
     },
+    /// The frame floor could not move its own message (a defect of the wire code).
+    #[error("frame floor: {0}")]
+    FrameFloor(#[from] crate::frame_floor::FrameFloorError),
 }
 
 /// What a run did.
@@ -306,6 +322,11 @@ pub struct BenchReport {
     /// pair's slots, the pairs taken in turn ([`memcpy_yardstick`]); `None` in virtual
     /// mode.
     pub memcpy_gbps: Option<f64>,
+    /// Wall mode, WRITE, READ and SEND: the frame floor, millions of messages per second —
+    /// this machine moving one message of the run's size through the operation's frames
+    /// with the model's wire code and nothing else ([`crate::frame_floor`]), measured in
+    /// the same run just before the traffic; `None` otherwise.
+    pub frame_floor_mpps: Option<f64>,
     /// With [`BenchConfig::trace`]: the requester's and the responder's trace over the span
     /// the stage totals cover (so per stage its slices add up to `requester_stages` and
     /// `responder_stages`, the `--breakdown` figures); empty otherwise.
@@ -343,13 +364,24 @@ impl BenchReport {
         self.memcpy_gbps.filter(|m| *m > 0.0).map(|m| self.bw_gbps / m)
     }
 
+    /// Message rate over the same run's frame floor (wall mode; WRITE, READ, SEND): how far
+    /// the emulator is from the frame work alone, the yardstick of small messages.
+    pub fn floor_ratio(&self) -> Option<f64> {
+        self.frame_floor_mpps
+            .filter(|floor| *floor > 0.0)
+            .map(|floor| self.msg_rate_mpps / floor)
+    }
+
     /// One JSON object on one line. Wall-mode runs end it with `memcpy_gbps` and
-    /// `memcpy_ratio`.
+    /// `memcpy_ratio`, and for WRITE, READ and SEND `frame_floor_mpps` and `floor_ratio`.
     pub fn to_json(&self) -> String {
-        let memcpy = match (self.memcpy_gbps, self.memcpy_ratio()) {
+        let mut memcpy = match (self.memcpy_gbps, self.memcpy_ratio()) {
             (Some(gbps), Some(ratio)) => format!(",\"memcpy_gbps\":{gbps:.6},\"memcpy_ratio\":{ratio:.6}"),
             _ => String::new(),
         };
+        if let (Some(floor), Some(ratio)) = (self.frame_floor_mpps, self.floor_ratio()) {
+            let _ = write!(memcpy, ",\"frame_floor_mpps\":{floor:.6},\"floor_ratio\":{ratio:.6}");
+        }
         let one_way = match self.one_way_us {
             Some([min, p50, p99, max]) => {
                 format!(",\"one_way_us\":{{\"min\":{min:.6},\"p50\":{p50:.6},\"p99\":{p99:.6},\"max\":{max:.6}}}")
@@ -440,6 +472,10 @@ impl BenchReport {
             out.pop();
             let _ = writeln!(out, " {:>15} {:>10}", "memcpy[Gb/sec]", "BW/memcpy");
         }
+        if self.frame_floor_mpps.is_some() {
+            out.pop();
+            let _ = writeln!(out, " {:>14} {:>11}", "floor[Mmsg/s]", "Rate/floor");
+        }
         out
     }
 
@@ -464,6 +500,10 @@ impl BenchReport {
         if let (Some(gbps), Some(ratio)) = (self.memcpy_gbps, self.memcpy_ratio()) {
             out.pop();
             let _ = writeln!(out, " {gbps:>15.2} {ratio:>10.4}");
+        }
+        if let (Some(floor), Some(ratio)) = (self.frame_floor_mpps, self.floor_ratio()) {
+            out.pop();
+            let _ = writeln!(out, " {floor:>14.3} {ratio:>11.4}");
         }
         out
     }
@@ -931,6 +971,14 @@ pub fn run_with_progress(
         Mode::Wall => Some(memcpy_yardstick(size, config.queue_pairs, slots, slot_size)),
         Mode::Virtual => None,
     };
+    let frame_floor_mpps = match (config.mode, config.operation.floor_operation()) {
+        (Mode::Wall, Some(operation)) => {
+            let message = FloorMessage::new(operation, size, config.mtu as usize);
+            let rate = frame_floor_rate(&message, FLOOR_ROUNDS, FLOOR_ROUND)?;
+            Some(rate / 1e6)
+        }
+        _ => None,
+    };
     // The traces start where the totals do, so per stage they add up to the same figures.
     let mut traces: Vec<Trace> = if config.trace {
         [&requester, &responder]
@@ -970,6 +1018,7 @@ pub fn run_with_progress(
         test: if config.latency_test { "lat" } else { "bw" },
         messages_expected: config.iterations * config.queue_pairs as u64,
         memcpy_gbps,
+        frame_floor_mpps,
         ..BenchReport::default()
     };
     let expected_messages = config.iterations * config.queue_pairs as u64;

@@ -11,6 +11,7 @@
 pub mod bench;
 mod cm_session;
 pub mod coverage;
+pub mod frame_floor;
 pub mod fuzzing;
 pub mod harness;
 pub mod pcap;

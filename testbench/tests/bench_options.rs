@@ -178,25 +178,78 @@ fn wall_mode_reports_the_same_runs_memcpy_beside_its_goodput() {
     let json = wall.to_json();
     assert!(json.contains(&format!(",\"memcpy_gbps\":{memcpy:.6},")), "{json}");
     assert!(
-        json.ends_with(&format!(",\"memcpy_ratio\":{:.6}}}", wall.bw_gbps / memcpy)),
+        json.contains(&format!(",\"memcpy_ratio\":{:.6},", wall.bw_gbps / memcpy)),
         "{json}"
     );
     let header = wall.table_header();
     let row = wall.table_row();
     assert!(
-        header.lines().last().unwrap().ends_with("memcpy[Gb/sec]  BW/memcpy"),
+        header.lines().last().unwrap().contains("memcpy[Gb/sec]  BW/memcpy"),
         "{header}"
     );
-    assert!(
-        row.trim_end().ends_with(&format!("{:.4}", wall.bw_gbps / memcpy)),
-        "{row}"
-    );
+    assert!(row.contains(&format!(" {:.4} ", wall.bw_gbps / memcpy)), "{row}");
 
     // Virtual mode has no wall-clock yardstick: its JSON and table are as before.
     let virtual_run = ok(&write(64 << 10, 20));
     assert_eq!(virtual_run.memcpy_gbps, None);
+    assert_eq!(virtual_run.frame_floor_mpps, None);
     assert!(virtual_run.to_json().ends_with(",\"messages_expected\":20}"));
     assert!(!virtual_run.table_header().contains("memcpy"));
+    assert!(!virtual_run.table_header().contains("floor"));
+}
+
+#[test]
+fn wall_mode_reports_the_same_runs_frame_floor_beside_its_message_rate() {
+    use rnic_testbench::bench::Mode;
+    for operation in [Operation::Write, Operation::Read, Operation::Send] {
+        let wall = ok(&BenchConfig {
+            mode: Mode::Wall,
+            verify: false,
+            operation,
+            ..write(8, 50)
+        });
+        let floor = wall.frame_floor_mpps.expect("wall mode measures the frame floor");
+        assert!(floor.is_finite() && floor > 0.0, "{operation:?}: {floor}");
+        assert_eq!(wall.floor_ratio(), Some(wall.msg_rate_mpps / floor));
+        // The floor and its ratio end the JSON object and the table's row.
+        let json = wall.to_json();
+        assert!(
+            json.ends_with(&format!(
+                ",\"frame_floor_mpps\":{floor:.6},\"floor_ratio\":{:.6}}}",
+                wall.msg_rate_mpps / floor
+            )),
+            "{json}"
+        );
+        assert!(
+            wall.table_header()
+                .lines()
+                .last()
+                .unwrap()
+                .ends_with("floor[Mmsg/s]  Rate/floor"),
+            "{}",
+            wall.table_header()
+        );
+        assert!(
+            wall.table_row()
+                .trim_end()
+                .ends_with(&format!("{:.4}", wall.msg_rate_mpps / floor)),
+            "{}",
+            wall.table_row()
+        );
+    }
+    // Atomics are not one operation's data frames: no floor, memcpy still there.
+    let atomic = ok(&BenchConfig {
+        mode: Mode::Wall,
+        verify: false,
+        operation: Operation::Atomic,
+        ..write(8, 20)
+    });
+    assert_eq!(atomic.frame_floor_mpps, None);
+    assert!(atomic.memcpy_gbps.is_some());
+    assert!(atomic
+        .to_json()
+        .ends_with(&format!(",\"memcpy_ratio\":{:.6}}}", atomic.memcpy_ratio().unwrap())));
+    assert!(!atomic.table_header().contains("floor"));
 }
 
 #[test]
