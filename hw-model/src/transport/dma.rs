@@ -303,11 +303,15 @@ impl<I: Io> Engine<I> {
             cursor,
             offset,
             length,
-            |engine, lkey, address, piece, position| {
-                let region = engine
-                    .check_memory_access(lkey, pd, address, piece as u64, MrAccess::empty())
-                    .map_err(TransferError::Protection)?;
-                engine.read_region(&region, &mut out[position..position + piece])
+            |engine, lkey, address, piece, position| match engine.check_memory_access(
+                lkey,
+                pd,
+                address,
+                piece as u64,
+                MrAccess::empty(),
+            ) {
+                Ok(region) => engine.read_region(&region, &mut out[position..position + piece]),
+                Err(error) => Err(TransferError::Protection(error)),
             },
         )
     }
@@ -326,11 +330,15 @@ impl<I: Io> Engine<I> {
             cursor,
             offset,
             data.len(),
-            |engine, lkey, address, piece, position| {
-                let region = engine
-                    .check_memory_access(lkey, pd, address, piece as u64, MrAccess::LOCAL_WRITE)
-                    .map_err(TransferError::Protection)?;
-                engine.write_region(&region, &data[position..position + piece])
+            |engine, lkey, address, piece, position| match engine.check_memory_access(
+                lkey,
+                pd,
+                address,
+                piece as u64,
+                MrAccess::LOCAL_WRITE,
+            ) {
+                Ok(region) => engine.write_region(&region, &data[position..position + piece]),
+                Err(error) => Err(TransferError::Protection(error)),
             },
         )
     }

@@ -583,10 +583,10 @@ impl<I: Io> Engine<I> {
         }
         if !payload.is_empty() {
             let address = inbound.va.wrapping_add(inbound.offset);
-            let region = self
-                .check_memory_access(inbound.rkey, pd, address, payload.len() as u64, MrAccess::REMOTE_WRITE)
-                .map_err(Fault::Access)?;
-            self.write_region(&region, payload).map_err(remote_fault)?;
+            match self.check_memory_access(inbound.rkey, pd, address, payload.len() as u64, MrAccess::REMOTE_WRITE) {
+                Ok(region) => self.write_region(&region, payload).map_err(remote_fault)?,
+                Err(error) => return Err(Fault::Access(error)),
+            }
         }
         inbound.offset = end;
         if !last {
@@ -680,15 +680,16 @@ impl<I: Io> Engine<I> {
                 atomic.virtual_address
             )));
         }
-        let region = self
-            .check_memory_access(
-                atomic.rkey,
-                config.pd,
-                atomic.virtual_address,
-                8,
-                MrAccess::REMOTE_ATOMIC,
-            )
-            .map_err(Fault::Access)?;
+        let region = match self.check_memory_access(
+            atomic.rkey,
+            config.pd,
+            atomic.virtual_address,
+            8,
+            MrAccess::REMOTE_ATOMIC,
+        ) {
+            Ok(region) => region,
+            Err(error) => return Err(Fault::Access(error)),
+        };
         self.reserve_responder_resource(qpn)?;
         let mut bytes = [0u8; 8];
         self.read_region(&region, &mut bytes).map_err(remote_fault)?;
@@ -744,8 +745,11 @@ impl<I: Io> Engine<I> {
             return Err(Fault::Invalid("a RETH DMA length of at most 2^31".into()));
         }
         if reth.dma_length > 0 {
-            self.check_memory_access(reth.rkey, pd, reth.virtual_address, u64::from(reth.dma_length), needed)
-                .map_err(Fault::Access)?;
+            if let Err(error) =
+                self.check_memory_access(reth.rkey, pd, reth.virtual_address, u64::from(reth.dma_length), needed)
+            {
+                return Err(Fault::Access(error));
+            }
         }
         Ok(())
     }
