@@ -14,8 +14,6 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use crate::frame_floor::{frame_floor_rate, FloorMessage, FloorOperation, FLOOR_ROUND, FLOOR_ROUNDS};
-
 use rnic_firmware_if::caps::CapFlags;
 use rnic_hw_model::fabric::{CapturedFrame, DeviceId, FabricConfig, FabricStatistics, FaultPlan};
 use rnic_hw_model::time::Picoseconds;
@@ -29,6 +27,8 @@ use rnic_verbs::{
     SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
 use rnic_vip::trace::Trace;
+
+use crate::frame_floor::{frame_floor_rate, FloorMessage, FloorOperation, FLOOR_ROUND, FLOOR_ROUNDS};
 
 /// Messages a pair keeps outstanding.
 pub const WINDOW: usize = 16;

@@ -289,6 +289,11 @@ impl<I: Io> Engine<I> {
 
     /// Reads message bytes `offset..offset + out.len()` from the SGEs (local keys of PD
     /// `pd`, no access right needed to read).
+    ///
+    /// Here and in the scatter, a `match` on the check's own `Result`, not
+    /// `map_err(..)?`: the region is used where the check left it instead of being copied
+    /// into a second `Result` and out again (docs/benchmarks.md, "Stores read back in wider
+    /// pieces").
     pub(crate) fn gather(
         &mut self,
         list: &SgeList,
