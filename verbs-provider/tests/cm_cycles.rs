@@ -78,10 +78,9 @@ fn a_thousand_connect_disconnect_cycles_leave_nothing_behind() {
     assert_eq!(world.hosts[0].cm.counters().received, 2 * CYCLES as u64);
     assert_eq!(world.hosts[0].cm.ids(), 0);
     assert_eq!(world.hosts[1].cm.ids(), 1, "only the listener");
-    assert!(
-        qpns.len() < 16,
-        "QP numbers are reused, not leaked: {} distinct",
-        qpns.len()
-    );
+    // Nothing leaked (the objects and context chunks above are back at their baseline),
+    // and no cycle connected from the number the cycle before had just destroyed: QP
+    // numbers go round robin, so a peer's stale state for one never meets its next user.
+    assert_eq!(qpns.len(), CYCLES, "a fresh QP number each cycle");
     listener.destroy().unwrap();
 }

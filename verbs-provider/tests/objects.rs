@@ -36,6 +36,22 @@ fn protection_domains_are_numbered_above_the_reserved_range_and_reused() {
 }
 
 #[test]
+fn queue_pair_numbers_are_handed_out_round_robin_so_a_destroyed_number_is_not_reused_at_once() {
+    // A peer's CM may still hold a connection from a destroyed QP's number; hns hands QP
+    // numbers out round robin, and so does the driver.
+    let (_device, context) = open();
+    let pd = context.alloc_pd().unwrap();
+    let cq = context.create_cq(16, None, 0).unwrap();
+    let first = create_qp(&pd, &cq, QpType::Rc);
+    let freed = first.qp_num();
+    first.destroy().unwrap();
+    let second = create_qp(&pd, &cq, QpType::Rc);
+    assert_ne!(second.qp_num(), freed, "the number just freed is not handed back");
+    assert_eq!(second.qp_num(), freed + 1);
+    second.destroy().unwrap();
+}
+
+#[test]
 fn a_protection_domain_in_use_cannot_be_deallocated() {
     let (_device, context) = open();
     let pd = context.alloc_pd().unwrap();

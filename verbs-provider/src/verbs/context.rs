@@ -435,7 +435,7 @@ impl Context {
             pds: IndexAllocator::new(caps.reserved_pds, caps.num_pds),
             mrs: IndexAllocator::new(caps.reserved_mrws.max(1), caps.num_mtpts),
             cqs: IndexAllocator::new(caps.reserved_cqs, caps.num_cqs),
-            qps: IndexAllocator::new(caps.reserved_qps.max(2), caps.num_qps),
+            qps: IndexAllocator::round_robin(caps.reserved_qps.max(2), caps.num_qps),
             srqs: IndexAllocator::new(caps.reserved_srqs, caps.num_srqs),
         };
         let attributes = device_attributes(&info);

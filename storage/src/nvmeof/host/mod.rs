@@ -531,20 +531,15 @@ impl Host {
         // A peer holding a stale connection from our QP number (a previous process of ours
         // on the same NIC, whose disconnect it did not see) cleans it up when it refuses
         // us, but under loss that can take its CM several response timeouts: try again
-        // with a QP of another number. The failed attempt's number is free again and
-        // could be handed straight back, so a placeholder QP holds it (and each later
-        // one) until this queue is connected or given up.
+        // with a new QP, which comes with another number (the driver hands QP numbers
+        // out round robin, as hns does).
         let mut attempt = 0;
-        let mut placeholders = Vec::new();
         loop {
             match self.connect_queue_once(qid, entries, cntlid, in_capsule) {
                 Err(HostError::Connection(ConnectionError::Stale(_) | ConnectionError::TimedOut(_)))
                     if attempt < CONNECT_RETRIES =>
                 {
                     attempt += 1;
-                    if let Ok(placeholder) = HostQueue::create(&self.context, &self.pd, 1, 0) {
-                        placeholders.push(placeholder);
-                    }
                     let until = self.now() + CONNECT_RETRY_DELAY_NS;
                     while self.now() < until {
                         let work = self.poll_queues();
