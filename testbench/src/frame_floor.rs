@@ -16,8 +16,9 @@
 //! the memory system (the memcpy yardstick beside it in `rnic-bench`'s table covers the
 //! run's buffers). Frames carry IPv4 headers.
 //!
-//! `rnic-bench --mode wall` measures it for the run's operation, size and MTU just before
-//! the traffic and prints the message rate over it ([`frame_floor_rate`]);
+//! `rnic-bench --mode wall` measures it for the run's operation, size and MTU before and
+//! after the traffic and prints the message rate over the faster of the two
+//! ([`frame_floor_rate`]);
 //! `cargo bench -p rnic-testbench --bench frame_floor` prints it beside memcpy, plain
 //! copies and CRC passes.
 
@@ -33,9 +34,6 @@ use rnic_hw_model::wire::{
 /// Bytes a frame occupies on an Ethernet wire besides the bytes emitted: FCS, preamble and
 /// start delimiter, inter-frame gap.
 pub const WIRE_OVERHEAD_BYTES: usize = 4 + 8 + 12;
-
-/// Rounds of [`frame_floor_rate`] in `rnic-bench` (the median is reported).
-pub const FLOOR_ROUNDS: usize = 5;
 
 /// Least wall time of one round of [`frame_floor_rate`] in `rnic-bench`.
 pub const FLOOR_ROUND: Duration = Duration::from_millis(2);
