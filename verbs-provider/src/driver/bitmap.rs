@@ -33,8 +33,8 @@ impl IndexAllocator {
     }
 
     /// Numbers `first..end` handed out round robin: each search starts after the number
-    /// last given and wraps at `end`, so a freed number comes back only after every
-    /// other free number has been used once.
+    /// last given and wraps at `end`, so a freed number comes back only once the search
+    /// has passed every number after it.
     pub fn round_robin(first: u32, end: u32) -> Self {
         Self {
             next_offset: Some(0),
