@@ -320,7 +320,7 @@ pub struct BenchReport {
     /// Wall mode: this machine's memcpy, Gb/s, measured in the same run before and after
     /// the traffic (the faster of the two), moving messages of the run's size between
     /// buffers laid out as every pair's slots, the pairs taken in turn
-    /// ([`memcpy_yardstick`]); `None` in virtual mode.
+    /// ([`MemcpyYardstick`]); `None` in virtual mode.
     pub memcpy_gbps: Option<f64>,
     /// Wall mode, WRITE, READ and SEND: the frame floor, millions of messages per second —
     /// this machine moving one message of the run's size through the operation's frames
@@ -1250,18 +1250,12 @@ fn faster(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
-/// This machine's memcpy in Gb/s, for the ratio wall mode prints beside its goodput:
-/// messages of `size` bytes copied from `pairs` sets of `slots` buffers `slot_size` apart
-/// into as many others, the pairs in turn and each pair slot after slot, as the pairs'
-/// messages move (so a run whose buffers outgrow the CPU caches, with a buffer per
-/// message or with many pairs, is compared with a memcpy whose buffers do too). Median
-/// of [`MEMCPY_ROUNDS`] rounds, each of at least one pass over every slot and
-/// [`MEMCPY_ROUND`] of wall time.
-pub fn memcpy_yardstick(size: usize, pairs: usize, slots: usize, slot_size: usize) -> f64 {
-    MemcpyYardstick::new(size, pairs, slots, slot_size).measure(MEMCPY_ROUNDS)
-}
-
-/// The buffers of [`memcpy_yardstick`], faulted in once, measured as often as asked.
+/// This machine's memcpy, for the ratio wall mode prints beside its goodput: messages of
+/// `size` bytes copied from `pairs` sets of `slots` buffers `slot_size` apart into as many
+/// others, the pairs in turn and each pair slot after slot, as the pairs' messages move
+/// (so a run whose buffers outgrow the CPU caches, with a buffer per message or with many
+/// pairs, is compared with a memcpy whose buffers do too). The buffers are faulted in
+/// once and measured as often as asked.
 pub struct MemcpyYardstick {
     source: Vec<u8>,
     destination: Vec<u8>,
@@ -1300,7 +1294,7 @@ impl MemcpyYardstick {
     }
 
     /// Gb/s: the median of `rounds` rounds (at least one), each of at least one pass
-    /// over every slot and [`MEMCPY_ROUND`] of wall time.
+    /// over every slot and 4 ms (`MEMCPY_ROUND`) of wall time.
     pub fn measure(&mut self, rounds: usize) -> f64 {
         let (size, pairs, slots, slot_size) = (self.size, self.pairs, self.slots, self.slot_size);
         let mut rates = Vec::with_capacity(rounds.max(1));
@@ -1329,7 +1323,7 @@ impl MemcpyYardstick {
     }
 }
 
-/// Where [`memcpy_yardstick`] is in its pass: every pair moves its next slot's message,
+/// Where [`MemcpyYardstick`] is in its pass: every pair moves its next slot's message,
 /// then the next slot of every pair, as pairs that keep their windows full take turns.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct YardstickCopy {
@@ -1352,11 +1346,9 @@ impl YardstickCopy {
     }
 }
 
-/// Bytes [`memcpy_yardstick`] copies between two reads of the clock.
+/// Bytes [`MemcpyYardstick`] copies between two reads of the clock.
 const MEMCPY_BATCH_BYTES: usize = 64 << 10;
-/// Rounds of [`memcpy_yardstick`].
-const MEMCPY_ROUNDS: usize = 5;
-/// Least wall time of one round of [`memcpy_yardstick`].
+/// Least wall time of one round of [`MemcpyYardstick::measure`].
 const MEMCPY_ROUND: std::time::Duration = std::time::Duration::from_millis(4);
 
 /// This thread's CPU time, seconds (0 where the OS cannot say).
@@ -1883,7 +1875,7 @@ mod tests {
         // Pair 0 slot 0, pair 1 slot 0, pair 2 slot 0, then every pair's slot 1.
         assert_eq!(offsets, [0, 128, 256, 64, 192, 320]);
         assert_eq!(copy, YardstickCopy::default(), "a pass ends where it began");
-        assert!(memcpy_yardstick(100, 4, 1, 128) > 0.0);
+        assert!(MemcpyYardstick::new(100, 4, 1, 128).measure(YARDSTICK_ROUNDS) > 0.0);
     }
 
     #[test]

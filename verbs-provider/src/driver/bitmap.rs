@@ -79,23 +79,13 @@ impl IndexAllocator {
 
     fn allocate_lowest(&mut self) -> Option<u32> {
         let bits = self.end - self.first;
-        for word_index in self.lowest_candidate_word..self.words.len() {
-            let word = self.words[word_index];
-            if word == u64::MAX {
-                continue;
-            }
-            let bit = (!word).trailing_zeros();
-            let offset = word_index as u32 * 64 + bit;
-            if offset >= bits {
-                break;
-            }
-            self.words[word_index] |= 1 << bit;
-            self.lowest_candidate_word = word_index;
-            self.in_use += 1;
-            return Some(self.first + offset);
-        }
-        self.lowest_candidate_word = self.words.len();
-        None
+        let Some(offset) = self.first_free_in(self.lowest_candidate_word as u32 * 64, bits) else {
+            self.lowest_candidate_word = self.words.len();
+            return None;
+        };
+        self.lowest_candidate_word = (offset / 64) as usize;
+        self.mark_used(offset);
+        Some(self.first + offset)
     }
 
     /// Marks `number` used (for fixed numbers such as the GSI QP); false if it is out of
