@@ -71,6 +71,7 @@ mod tests;
 pub use fault::{FaultPlan, FaultPlanError, FaultRng};
 
 use crate::device::Device;
+use crate::port::FramePool;
 use crate::time::{Picoseconds, TimeQueue};
 use crate::wire::{self, Icrc};
 
@@ -287,7 +288,8 @@ pub struct Fabric<P: Port = Device> {
     /// How many entries of `held` are `Some`: lets the common no-reorder case skip
     /// scanning them on every step.
     held_count: usize,
-    pool: Vec<Vec<u8>>,
+    /// Spare frame buffers (bounded by the most frames ever in flight).
+    pool: FramePool,
     /// Buffers the pool had to allocate (bounded by the most frames ever in flight).
     pool_allocations: u64,
     capture_on: bool,
@@ -325,7 +327,7 @@ impl<P: Port> Fabric<P> {
             in_flight: TimeQueue::new(),
             held: Vec::new(),
             held_count: 0,
-            pool: Vec::new(),
+            pool: FramePool::with_limit(usize::MAX),
             pool_allocations: 0,
             capture_on: false,
             capture: Vec::new(),
@@ -584,7 +586,7 @@ impl<P: Port> Fabric<P> {
         }
 
         // The frame travels in the sender's buffer; the sender gets one from the pool.
-        let spare = match self.pool.pop() {
+        let spare = match self.pool.take(frame.len()) {
             Some(buffer) => buffer,
             None => {
                 self.pool_allocations += 1;
@@ -711,7 +713,7 @@ impl<P: Port> Fabric<P> {
                 }
             }
         }
-        self.pool.push(buffer);
+        self.pool.give(buffer);
     }
 }
 

@@ -35,6 +35,9 @@ pub(crate) const POOL_LIMIT: usize = 1024;
 pub(crate) const TRANSMIT_QUEUE_LIMIT: usize = 4096;
 /// Capacity a new frame buffer gets: the largest RoCEv2 frame (4 KiB payload and headers).
 const FRAME_CAPACITY: usize = 4096 + 128;
+/// Frames up to this length (bytes) are short for [`FramePool`]: every header-only frame
+/// (ACK, NAK, CNP, READ request, atomic request and response) and small payloads.
+const SHORT_FRAME_LIMIT: usize = 512;
 
 /// What the port counted since power-on or the last function reset (reported with the
 /// transport's counters, `TransportCounters`).
@@ -72,7 +75,7 @@ pub(crate) struct Port {
     /// device fills it in as the frame leaves the in-process link.
     transmitted: VecDeque<Vec<u8>>,
     /// Free frame buffers.
-    pool: Vec<Vec<u8>>,
+    pool: FramePool,
     /// IPv4 identification of the next IPv4 packet.
     ipv4_identification: u16,
     counters: PortCounters,
@@ -90,7 +93,7 @@ impl Port {
             receive_free: Picoseconds::ZERO,
             receive_last: Picoseconds::ZERO,
             transmitted: VecDeque::with_capacity(256),
-            pool: Vec::with_capacity(64),
+            pool: FramePool::with_limit(POOL_LIMIT),
             ipv4_identification: 0,
             counters: PortCounters::default(),
         }
@@ -122,29 +125,29 @@ impl Port {
 
     // ---- buffers ------------------------------------------------------------------------
 
-    /// An empty frame buffer from the pool.
+    /// An empty frame buffer from the pool, for a frame of `frame_length` bytes.
     #[inline]
-    pub fn take_buffer(&mut self) -> Vec<u8> {
-        let mut buffer = self.take_frame_buffer();
+    pub fn take_buffer(&mut self, frame_length: usize) -> Vec<u8> {
+        let mut buffer = self.take_frame_buffer(frame_length);
         buffer.clear();
         buffer
     }
 
-    /// A buffer from the pool that may still hold an old frame's bytes: only for
-    /// `wire::emit_frame_overwriting` / `emit_frame_offloaded`, which write or zero every
-    /// byte they keep.
+    /// A buffer from the pool for a frame of `frame_length` bytes that may still hold an
+    /// old frame's bytes: only for `wire::emit_frame_overwriting` / `emit_frame_offloaded`,
+    /// which write or zero every byte they keep.
     #[inline]
-    pub fn take_frame_buffer(&mut self) -> Vec<u8> {
-        self.pool.pop().unwrap_or_else(|| Vec::with_capacity(FRAME_CAPACITY))
+    pub fn take_frame_buffer(&mut self, frame_length: usize) -> Vec<u8> {
+        self.pool
+            .take(frame_length)
+            .unwrap_or_else(|| Vec::with_capacity(FRAME_CAPACITY))
     }
 
     /// Returns a buffer to the pool (kept if the pool has room).
     #[inline]
     pub fn give_buffer(&mut self, buffer: Vec<u8>) {
-        if self.pool.len() < POOL_LIMIT {
-            // Not cleared: `take_buffer` clears, and `take_frame_buffer` reuses the bytes.
-            self.pool.push(buffer);
-        }
+        // Not cleared: `take_buffer` clears, and `take_frame_buffer` reuses the bytes.
+        self.pool.give(buffer);
     }
 
     // ---- transmit -----------------------------------------------------------------------
@@ -260,6 +263,65 @@ impl Port {
     }
 }
 
+/// Free frame buffers, kept in two stacks by the length of the frame each last held.
+///
+/// A frame is built over whatever its buffer held (`wire::emit_frame_offloaded`), so only
+/// the bytes past the buffer's old length are zero-filled. With one stack, a 4 KiB data
+/// frame was built in a buffer that had just carried an ACK on the way back, and the whole
+/// payload was zero-filled before the DMA overwrote it, every packet. Taken by the length
+/// of the frame to be built, a long frame gets a buffer that held a long one and a short
+/// frame one that held a short one, whenever the pool has one.
+#[derive(Debug, Clone)]
+pub(crate) struct FramePool {
+    /// Buffers whose last frame was at most [`SHORT_FRAME_LIMIT`] bytes long.
+    short: Vec<Vec<u8>>,
+    /// Buffers whose last frame was longer.
+    long: Vec<Vec<u8>>,
+    /// Buffers kept at most (both stacks); more are dropped.
+    limit: usize,
+}
+
+impl FramePool {
+    /// An empty pool that keeps at most `limit` buffers.
+    pub fn with_limit(limit: usize) -> Self {
+        Self {
+            short: Vec::with_capacity(32),
+            long: Vec::with_capacity(32),
+            limit,
+        }
+    }
+
+    /// A buffer for a frame of `frame_length` bytes: the last one returned whose old frame
+    /// was of the same kind (short or long), else any; None when the pool is empty.
+    #[inline]
+    pub fn take(&mut self, frame_length: usize) -> Option<Vec<u8>> {
+        let (same, other) = if frame_length > SHORT_FRAME_LIMIT {
+            (&mut self.long, &mut self.short)
+        } else {
+            (&mut self.short, &mut self.long)
+        };
+        same.pop().or_else(|| other.pop())
+    }
+
+    /// Keeps `buffer` for reuse, its bytes as they are, unless the pool is full.
+    #[inline]
+    pub fn give(&mut self, buffer: Vec<u8>) {
+        if self.len() < self.limit {
+            if buffer.len() > SHORT_FRAME_LIMIT {
+                self.long.push(buffer);
+            } else {
+                self.short.push(buffer);
+            }
+        }
+    }
+
+    /// Buffers in the pool.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.short.len() + self.long.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,8 +335,38 @@ mod tests {
             port.recycle_frame(Vec::with_capacity(64));
         }
         assert_eq!(port.pool.len(), POOL_LIMIT);
-        let buffer = port.take_buffer();
+        let buffer = port.take_buffer(64);
         assert!(buffer.is_empty() && buffer.capacity() >= 64);
+    }
+
+    #[test]
+    fn a_long_frame_gets_a_buffer_that_held_a_long_frame_and_a_short_one_a_short() {
+        let mut pool = FramePool::with_limit(8);
+        pool.give(vec![1; 4096 + 62]);
+        // The ACK that came back last sits on top, but a data frame does not get it.
+        pool.give(vec![2; 62]);
+        assert_eq!(pool.take(4096 + 62).map(|b| b.len()), Some(4096 + 62));
+        assert_eq!(pool.take(70).map(|b| b.len()), Some(62));
+        assert_eq!(pool.take(70), None);
+    }
+
+    #[test]
+    fn a_frame_takes_a_buffer_of_the_other_kind_rather_than_none() {
+        let mut pool = FramePool::with_limit(8);
+        pool.give(vec![0; 62]);
+        assert_eq!(pool.take(4096).map(|b| b.len()), Some(62));
+        pool.give(vec![0; 4096]);
+        assert_eq!(pool.take(62).map(|b| b.len()), Some(4096));
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_its_limit_across_both_kinds() {
+        let mut pool = FramePool::with_limit(3);
+        pool.give(vec![0; 62]);
+        pool.give(vec![0; 4096]);
+        pool.give(vec![0; 62]);
+        pool.give(vec![0; 4096]);
+        assert_eq!(pool.len(), 3);
     }
 
     #[test]

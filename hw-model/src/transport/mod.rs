@@ -406,7 +406,7 @@ impl<I: Io> Engine<I> {
     /// [`Icrc::Offloaded`] frame is not checked.
     fn receive_frame_with(&mut self, frame: &[u8], icrc: Icrc) {
         if let Some((due, qpn)) = self.admit_frame(frame, icrc) {
-            let mut buffer = self.io.port().take_buffer();
+            let mut buffer = self.io.port().take_buffer(frame.len());
             buffer.extend_from_slice(frame);
             self.queue_frame(due, qpn, icrc, buffer);
         }
@@ -423,7 +423,7 @@ impl<I: Io> Engine<I> {
                 // Not cleared: the buffer ends up under a transmitted frame, and
                 // `emit_frame_offloaded` reaches the frame's length without a memset
                 // only if the old bytes are still there.
-                let spare = self.io.port().take_frame_buffer();
+                let spare = self.io.port().take_frame_buffer(frame.len());
                 self.queue_frame(due, qpn, icrc, frame);
                 spare
             }

@@ -303,7 +303,10 @@ impl<I: Io> Engine<I> {
                 source_qp: qpn,
             });
         }
-        let mut buffer = self.io.port().take_frame_buffer();
+        let mut buffer = self
+            .io
+            .port()
+            .take_frame_buffer(wire::frame_length(&repr, payload_length));
         let mut failure = None;
         let pd = config.pd;
         // On success the gather writes every payload byte; on failure the frame is dropped.

@@ -964,7 +964,15 @@ impl<I: Io> Engine<I> {
         };
         // Every emit below writes or zeroes each byte of the frame it keeps; the READ
         // response's payload is dropped unless the read filled all of it.
-        let mut buffer = self.io.port().take_frame_buffer();
+        let payload_length = match &response {
+            Response::Read { remaining, .. } => (*remaining).min(mtu) as usize,
+            _ => 0,
+        };
+        // The AETH is not counted yet: near enough to choose a buffer by.
+        let mut buffer = self
+            .io
+            .port()
+            .take_frame_buffer(wire::frame_length(&repr, payload_length));
         match response {
             Response::Ack { syndrome, .. } => {
                 repr.aeth = Some(AethRepr { syndrome, msn });
