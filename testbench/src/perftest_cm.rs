@@ -12,7 +12,7 @@
 //!    posted (`sizeof(struct pingpong_dest)`); every message of the TCP exchange (version,
 //!    system data, MTU, key messages, BW report) becomes one SEND of the same bytes,
 //!    except the key message: `struct pingpong_dest` in binary, its fields big-endian
-//!    ([`KeyMessage::encode_binary`]). Conn params: responder resources and initiator
+//!    ([`KeyMessage::encode_binary`](crate::perftest::KeyMessage::encode_binary)). Conn params: responder resources and initiator
 //!    depth 0, retry count 7, RNR retry count 7.
 //! 2. After the version, system data and MTU: a sync (a key message of zeros), then the
 //!    test's connections on the same port (port space TCP for RC, UDP with SIDR for

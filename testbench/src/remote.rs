@@ -43,7 +43,7 @@
 //!   client checks what it fetched.
 //! * SEND over UD (`--ud`): the same, with a 40-byte GRH in front of each receive; the
 //!   server also checks `byte_len` = 40 + size. A datagram lost on the way is a failed
-//!   message (after [`COMPLETION_TIMEOUT`]); loopback does not lose them at this pace.
+//!   message (after 10 s without progress); loopback does not lose them at this pace.
 //! * Atomics (fetch-and-add 1): the client checks that the k-th returns k; the server
 //!   checks its word equals the number of atomics done after every batch.
 //!

@@ -5,7 +5,7 @@
 //! * Numbering: CEQs are EQN `0..num_ceqs`, the one AEQ is EQN `num_ceqs`.
 //! * MSI-X vectors (hns §9.4): the "other" (abnormal) vectors come first, then the AEQ
 //!   vector, then one vector per CEQ — with the default capabilities vector 0 is abnormal,
-//!   1 the AEQ and `2 + i` CEQ *i* ([`Device::eq_vector`]).
+//!   1 the AEQ and `2 + i` CEQ *i* (`Device::eq_vector`).
 //! * The EQC is not a host-memory table: it travels in the mailbox and the device keeps
 //!   its own copy in an [`EqSlot`]. Only the EQE buffer lives in host memory, reached
 //!   through the EQC's MTR (`EQE_BA << 3`, `EQE_HOP_NUM`, page sizes).

@@ -68,7 +68,7 @@ pub(crate) trait Io {
         &mut self,
         attributes: [ContextTableAttributes; 4],
     ) -> Result<(), (ContextTable, HemError)>;
-    /// To the context block: a WRITE/READ/DESTROY_<T>_BT<level> mailbox.
+    /// To the context block: a `WRITE/READ/DESTROY_<T>_BT<level>` mailbox.
     fn base_address_table(
         &mut self,
         table: ContextTable,

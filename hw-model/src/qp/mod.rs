@@ -122,7 +122,7 @@ fn log2_floor(value: u32) -> u32 {
     31 - value.max(1).leading_zeros()
 }
 
-/// The translation of a QP's WQE buffer ([SQ][extended SGEs][RQ]) and where each region starts.
+/// The translation of a QP's WQE buffer (`[SQ][extended SGEs][RQ]`) and where each region starts.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QpBuffer {
     pub mtr: Mtr,

@@ -423,7 +423,7 @@ impl<I: Io> Engine<I> {
         self.retry_from(qpn, missing, false);
     }
 
-    /// [`Device::retry`]; a gap seen while a go-back-N is under way is ignored unless the
+    /// [`Engine::retry`](Self::retry); a gap seen while a go-back-N is under way is ignored unless the
     /// timer expired (`timeout`).
     fn retry_from(&mut self, qpn: u32, missing: &str, timeout: bool) {
         let Some(runtime) = self.transport.qps.get_mut(&qpn) else {

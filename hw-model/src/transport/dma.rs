@@ -3,8 +3,8 @@
 //! and remote-key accesses through a checked [`MrTranslation`].
 //!
 //! Every byte goes through the memory-protection block's access check (key, PD, rights,
-//! bounds, through the transport's [`Io`](super::Io)) and
-//! then through the region's MTT with [`mtt::try_translate_range`], so a transfer touches
+//! bounds, through the transport's [`Io`]) and
+//! then through the region's MTT with [`crate::mtt::try_translate_range`], so a transfer touches
 //! exactly the granted window or nothing of the failing piece.
 
 use rnic_firmware_if::bits::Layout;

@@ -950,7 +950,7 @@ impl<I: Io> Engine<I> {
     /// Records the engines' progress for the QPC fields hns names (consumer indices,
     /// PSNs, MSN, retry counters). Like the hns QPC cache, the device does not write the
     /// context at once: the progress goes into the QPC before anything reads it (QUERY_QPC,
-    /// MODIFY, a doorbell, the flush: see [`Device::read_context`]) and before the context
+    /// MODIFY, a doorbell, the flush) and before the context
     /// cache is written back, with exactly the values of this moment.
     pub(crate) fn sync_qpc(&mut self, qpn: u32) {
         let Some(runtime) = self.transport.qps.get(&qpn) else {

@@ -6,6 +6,9 @@
 //! (`--mode wall`), optionally beside the NIC alone (`--compare-nic`: rnic-bench's
 //! engine moving the same messages). With `--device` and `-r`, it connects to a target
 //! across processes.
+// The field docs are the command's --help text, in which `[...]` marks what may be left
+// out, not a link.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use std::io::IsTerminal;
 use std::net::Ipv4Addr;

@@ -10,6 +10,9 @@
 //!
 //! A user-space host leaves no block device behind: `connect` connects, shows the
 //! controller and its namespaces (as `nvme list` would) and disconnects.
+// The field docs are the command's --help text, in which `[...]` marks what may be left
+// out, not a link.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use std::io::Write;
 use std::net::Ipv4Addr;

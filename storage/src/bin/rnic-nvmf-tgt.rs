@@ -9,6 +9,9 @@
 //!     --allow-host nqn.2024-01.io.rnic-emu:disk1,nqn.2014-08.org.nvmexpress:uuid:...
 //! rnic-nvmf-tgt --config target.toml
 //! ```
+// The field docs are the command's --help text, in which `[...]` marks what may be left
+// out, not a link.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;

@@ -10,6 +10,9 @@
 //!
 //! The target port identifier initiators log in to is `--id-ext` ‖ `--ioc-guid`
 //! (Linux: `id_ext=…,ioc_guid=…` in the `add_target` string).
+// The field docs are the command's --help text, in which `[...]` marks what may be left
+// out, not a link.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use std::net::Ipv4Addr;
 use std::path::Path;

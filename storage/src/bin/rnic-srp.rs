@@ -10,6 +10,9 @@
 //! rnic-srp --device vfio-user:/tmp/b.sock,mac=02:52:4e:49:43:02 --ip 10.0.0.2 \
 //!     --target 10.0.0.1:5555 --id-ext 5254:00ff:fe12:3456 … info
 //! ```
+// The field docs are the command's --help text, in which `[...]` marks what may be left
+// out, not a link.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use std::net::Ipv4Addr;
 use std::process::ExitCode;

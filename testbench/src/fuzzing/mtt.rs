@@ -116,13 +116,13 @@ struct MttInput {
 /// One command on a context table.
 #[derive(Debug, Clone, Copy, Arbitrary)]
 enum TableOp {
-    /// WRITE_<T>_BT<level> for object `index`.
+    /// `WRITE_<T>_BT<level>` for object `index`.
     Write {
         index: u32,
         level: u8,
         address: AddressChoice,
     },
-    /// DESTROY_<T>_BT<level> for object `index`.
+    /// `DESTROY_<T>_BT<level>` for object `index`.
     Destroy { index: u32, level: u8 },
     /// Look object `index` up (uncached, then cached).
     Locate(u32),

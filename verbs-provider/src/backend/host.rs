@@ -931,7 +931,7 @@ impl DeviceAccess for HostNic {
     /// makes something due, the model's next event): on hardware a spinning poller costs
     /// the NIC nothing, and here pumping from every poll took the NIC's lock and the CPU
     /// from that thread. Only when the model has not been brought up to date for
-    /// [`PROGRESS_STALE_AFTER`] (the progress thread is waiting for a CPU the poller
+    /// `PROGRESS_STALE_AFTER` (10 µs: the progress thread is waiting for a CPU the poller
     /// holds) and its lock is free does the poller do it. A network without a descriptor
     /// is pumped from every empty poll.
     fn idle(&self) {

@@ -1,6 +1,6 @@
 //! One NVMe queue on the host: an RC QP and its CQ, a command capsule slot and a
 //! response receive per queue entry. The data buffers a command points at live in a
-//! [`BufferPool`] the host keeps across reconnects.
+//! [`BufferPool`](crate::rdma::memory::BufferPool) the host keeps across reconnects.
 //!
 //! A command identifier is its slot in the low bits and a generation in the high bits,
 //! so a response naming a slot's previous command (a duplicate, a target bug, a hostile
