@@ -288,7 +288,7 @@ pub struct Fabric<P: Port = Device> {
     /// How many entries of `held` are `Some`: lets the common no-reorder case skip
     /// scanning them on every step.
     held_count: usize,
-    /// Spare frame buffers (bounded by the most frames ever in flight).
+    /// Spare frame buffers, kept by the length of the frame each last held.
     pool: FramePool,
     /// Buffers the pool had to allocate (bounded by the most frames ever in flight).
     pool_allocations: u64,
