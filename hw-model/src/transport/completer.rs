@@ -40,7 +40,7 @@ impl<I: Io> Engine<I> {
     /// An RC response (READ response, ACK/NAK, ATOMIC ACK) for QP `qpn`.
     pub(crate) fn completer_receive(&mut self, qpn: u32, parsed: &ParsedFrame<'_>) {
         let repr = &parsed.repr;
-        let Some(runtime) = self.transport.qps.get(&qpn) else {
+        let Some(runtime) = self.transport.qps.get(qpn) else {
             return;
         };
         if let Some(path) = runtime.config.path {
@@ -109,7 +109,7 @@ impl<I: Io> Engine<I> {
         let after = self
             .transport
             .qps
-            .get(&qpn)
+            .get(qpn)
             .map(|r| (r.requester.consumer(), r.requester.retry_left, r.requester.rnr_left));
         if after.is_some_and(|after| after != before) {
             self.sync_qpc(qpn);
@@ -123,7 +123,7 @@ impl<I: Io> Engine<I> {
         let mut progressed = false;
         let mut outcome = Acked::Through;
         loop {
-            let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+            let Some(runtime) = self.transport.qps.get_mut(qpn) else {
                 return Acked::Through;
             };
             let requester = &mut runtime.requester;
@@ -161,7 +161,7 @@ impl<I: Io> Engine<I> {
     /// Something was acknowledged or answered: counters restored, cursor kept at or after
     /// the oldest unacknowledged PSN, timer restarted or stopped.
     fn requester_progress(&mut self, qpn: u32) {
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         let retry = runtime.config.retry_init;
@@ -207,7 +207,7 @@ impl<I: Io> Engine<I> {
             self.retry(qpn, "a READ/atomic response (implied NAK)");
             return;
         }
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         let infinite = runtime.config.rnr_init == INFINITE_RETRY;
@@ -234,7 +234,7 @@ impl<I: Io> Engine<I> {
         requester.ack_deadline = None;
         self.go_back(qpn, psn);
         let generation = self.transport.next_generation();
-        if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+        if let Some(runtime) = self.transport.qps.get_mut(qpn) {
             runtime.requester.rnr_timer = generation;
         }
         self.io.schedule_in(rnr_delay(timer), Timer::Rnr { qpn, generation });
@@ -256,7 +256,7 @@ impl<I: Io> Engine<I> {
         let failed = self
             .transport
             .qps
-            .get(&qpn)
+            .get(qpn)
             .and_then(|r| r.requester.window.front())
             .map(|w| FailedWqe::of(w, status));
         self.diagnose(
@@ -276,7 +276,7 @@ impl<I: Io> Engine<I> {
             self.retry(qpn, "the earlier READ/atomic responses (implied NAK)");
             return;
         }
-        let Some(runtime) = self.transport.qps.get(&qpn) else {
+        let Some(runtime) = self.transport.qps.get(qpn) else {
             return;
         };
         let config = runtime.config;
@@ -324,7 +324,7 @@ impl<I: Io> Engine<I> {
         {
             return;
         }
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         let requester = &mut runtime.requester;
@@ -352,7 +352,7 @@ impl<I: Io> Engine<I> {
             self.retry(qpn, "the earlier READ/atomic responses (implied NAK)");
             return;
         }
-        let Some(runtime) = self.transport.qps.get(&qpn) else {
+        let Some(runtime) = self.transport.qps.get(qpn) else {
             return;
         };
         let config = runtime.config;
@@ -378,7 +378,7 @@ impl<I: Io> Engine<I> {
         ) {
             return;
         }
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         let requester = &mut runtime.requester;
@@ -426,7 +426,7 @@ impl<I: Io> Engine<I> {
     /// [`Engine::retry`](Self::retry); a gap seen while a go-back-N is under way is ignored unless the
     /// timer expired (`timeout`).
     fn retry_from(&mut self, qpn: u32, missing: &str, timeout: bool) {
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         let requester = &mut runtime.requester;
@@ -459,7 +459,7 @@ impl<I: Io> Engine<I> {
 
     /// Moves the transmit cursor back to `psn` (go-back-N).
     fn go_back(&mut self, qpn: u32, psn: u32) {
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         let requester = &mut runtime.requester;
@@ -485,7 +485,7 @@ impl<I: Io> Engine<I> {
     /// The local ACK timer event of QP `qpn`.
     pub(crate) fn ack_timer_event(&mut self, qpn: u32, generation: u64) {
         let now = self.now();
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         let requester = &mut runtime.requester;
@@ -514,7 +514,7 @@ impl<I: Io> Engine<I> {
 
     /// The RNR timer event of QP `qpn`: resend.
     pub(crate) fn rnr_timer_event(&mut self, qpn: u32, generation: u64) {
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         if runtime.requester.rnr_timer != generation || !runtime.requester.rnr_wait {

@@ -60,7 +60,6 @@ use rnic_firmware_if::wqe::{RcSqWqe, SQ_WQE_SIZE};
 
 use crate::cq::CqError;
 use crate::diagnostics::Source;
-use crate::fast_hash::FastHashMap;
 use crate::hem::{QpcProgress, SqProgress};
 use crate::memory::MemoryError;
 use crate::mpt::{MrAccess, MrAccessError, MrTranslation};
@@ -257,7 +256,7 @@ impl<I: Io> Engine<I> {
     }
 }
 
-use qp_runtime::{QpRuntime, Response};
+use qp_runtime::{QpRuntime, QpTable, Response};
 use wqe_fetch::SendWqe;
 
 /// A send WQE's completion: what its CQE says.
@@ -330,10 +329,8 @@ pub struct TransportCounters {
 /// The transport's device-wide state.
 #[derive(Debug, Clone)]
 pub(crate) struct Transport {
-    /// Per-QP state of every QP in RTR, RTS or ERR, by QPN. Looked up several times per
-    /// frame and never iterated in an order that matters (the round robin is `active`),
-    /// so hashed: a tree's depth with 64 or 1 024 QPs showed in the profile.
-    pub qps: FastHashMap<u32, Box<QpRuntime>>,
+    /// Per-QP state of every QP in RTR, RTS or ERR, by QPN (the round robin is `active`).
+    pub qps: QpTable,
     /// QPs that may have something to transmit, served round robin.
     pub active: VecDeque<u32>,
     /// The earliest pending `TransportTx` event that is not stale.
@@ -351,7 +348,7 @@ impl Transport {
     /// The transport of a device with `caps` after power-on or function reset: no QP.
     pub fn new(caps: &rnic_firmware_if::caps::DeviceCaps) -> Self {
         Self {
-            qps: FastHashMap::default(),
+            qps: QpTable::default(),
             active: VecDeque::with_capacity(64),
             next_tx_at: None,
             pcie_read_free: Picoseconds::ZERO,
@@ -367,22 +364,22 @@ impl Transport {
     }
 
     /// Bytes the per-QP transport state holds: each QP's boxed runtime with the capacity
-    /// of its queues, and its map entry (key and box; the hash table's spare slots not
-    /// counted). For the memory-per-QP figures (docs/benchmarks.md).
+    /// of its queues, and the table's slots (one pointer per QPN up to the highest in
+    /// use). For the memory-per-QP figures (docs/benchmarks.md).
     pub fn qp_state_bytes(&self) -> usize {
         use std::mem::size_of;
-        self.qps
-            .values()
-            .map(|runtime| {
-                size_of::<u32>()
-                    + size_of::<Box<QpRuntime>>()
-                    + size_of::<QpRuntime>()
-                    + runtime.requester.window.capacity() * size_of::<SendWqe>()
-                    + runtime.requester.direct.as_ref().map_or(0, |d| size_of_val(&**d))
-                    + runtime.responder.pending.capacity() * size_of::<Response>()
-                    + runtime.responder.replay.capacity() * size_of::<qp_runtime::ReplayEntry>()
-            })
-            .sum()
+        self.qps.slot_bytes()
+            + self
+                .qps
+                .values()
+                .map(|runtime| {
+                    size_of::<QpRuntime>()
+                        + runtime.requester.window.capacity() * size_of::<SendWqe>()
+                        + runtime.requester.direct.as_ref().map_or(0, |d| size_of_val(&**d))
+                        + runtime.responder.pending.capacity() * size_of::<Response>()
+                        + runtime.responder.replay.capacity() * size_of::<qp_runtime::ReplayEntry>()
+                })
+                .sum::<usize>()
     }
 
     /// A fresh timer generation.
@@ -499,7 +496,7 @@ impl<I: Io> Engine<I> {
         }
         if delay > Picoseconds::ZERO {
             let ready = self.now() + delay;
-            if let Some(runtime) = self.transport.qps.get_mut(&charges.qpn) {
+            if let Some(runtime) = self.transport.qps.get_mut(charges.qpn) {
                 runtime.response_ready = runtime.response_ready.max(ready);
             }
         }
@@ -533,7 +530,7 @@ impl<I: Io> Engine<I> {
 
     /// Puts QP `qpn` on the port's ring and makes sure the port runs within `delay`.
     pub(crate) fn kick_qp(&mut self, qpn: u32, delay: Picoseconds) {
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         if !runtime.in_ring {
@@ -588,7 +585,7 @@ impl<I: Io> Engine<I> {
             let Some(qpn) = self.transport.active.pop_front() else {
                 break;
             };
-            match self.transport.qps.get_mut(&qpn) {
+            match self.transport.qps.get_mut(qpn) {
                 Some(runtime) => runtime.in_ring = false,
                 None => continue,
             }
@@ -601,7 +598,7 @@ impl<I: Io> Engine<I> {
                 None => (self.requester_next_packet(qpn), false),
             };
             if self.qp_has_work(qpn) {
-                if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+                if let Some(runtime) = self.transport.qps.get_mut(qpn) {
                     if !runtime.in_ring {
                         runtime.in_ring = true;
                         self.transport.active.push_back(qpn);
@@ -631,7 +628,7 @@ impl<I: Io> Engine<I> {
         let serialisation = params.serialisation(frame.len() as u64);
         let mut latency = charges.latency;
         if response {
-            if let Some(runtime) = self.transport.qps.get(&qpn) {
+            if let Some(runtime) = self.transport.qps.get(qpn) {
                 latency = latency + Picoseconds(runtime.response_ready.0.saturating_sub(now.0));
             }
         }
@@ -656,7 +653,7 @@ impl<I: Io> Engine<I> {
 
     /// Whether QP `qpn` may have a packet to send.
     fn qp_has_work(&self, qpn: u32) -> bool {
-        let Some(runtime) = self.transport.qps.get(&qpn) else {
+        let Some(runtime) = self.transport.qps.get(qpn) else {
             return false;
         };
         if !runtime.responder.pending.is_empty() {
@@ -712,7 +709,7 @@ impl<I: Io> Engine<I> {
         }
         let qpn = bth.destination_qp;
         let opcode = bth.opcode.0;
-        let Some(runtime) = self.transport.qps.get(&qpn) else {
+        let Some(runtime) = self.transport.qps.get(qpn) else {
             self.drop_frame(
                 format!("QP {qpn:#x}"),
                 "BTH DestQP",
@@ -834,9 +831,9 @@ impl<I: Io> Engine<I> {
                 self.transport.qps.insert(qpn, runtime);
             }
             QpState::Rts => {
-                let fresh = from != QpState::Rts || !self.transport.qps.contains_key(&qpn);
+                let fresh = from != QpState::Rts || !self.transport.qps.contains(qpn);
                 let generation = self.transport.next_generation();
-                match self.transport.qps.get_mut(&qpn) {
+                match self.transport.qps.get_mut(qpn) {
                     Some(runtime) if !fresh => {
                         runtime.config = qp_runtime::QpConfig::from_qpc(qpn, qpc);
                     }
@@ -854,7 +851,7 @@ impl<I: Io> Engine<I> {
             }
             QpState::Err => self.transport_enter_error(qpn),
             _ => {
-                self.transport.qps.remove(&qpn);
+                self.transport.qps.remove(qpn);
             }
         }
     }
@@ -863,7 +860,7 @@ impl<I: Io> Engine<I> {
     /// from SQ_CONSUMER_IDX), complete a claimed SRQ WQE with a flush error, keep only
     /// queued ACK/NAKs so a final NAK still goes out.
     fn transport_enter_error(&mut self, qpn: u32) {
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         runtime.state = QpState::Err;
@@ -887,7 +884,7 @@ impl<I: Io> Engine<I> {
     /// carries the WQE before the producer index: the requester takes it from here instead
     /// of fetching it, and the doorbell costs the 64-byte write on the link as well.
     pub(crate) fn sq_doorbell(&mut self, qpn: u32, producer_index: u16, direct_wqe: Option<[u8; SQ_WQE_SIZE]>) {
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         runtime.requester.producer = producer_index;
@@ -918,7 +915,7 @@ impl<I: Io> Engine<I> {
 
     /// An RQ doorbell moved QP `qpn`'s producer index.
     pub(crate) fn rq_doorbell(&mut self, qpn: u32, producer_index: u16) {
-        if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+        if let Some(runtime) = self.transport.qps.get_mut(qpn) {
             runtime.responder.rq_producer = producer_index;
         }
     }
@@ -930,7 +927,7 @@ impl<I: Io> Engine<I> {
     /// Writes the send-side CQE for `wqe` if it completes visibly: always on error, else
     /// when signaled or the QP signals every WQE.
     pub(crate) fn complete_send(&mut self, qpn: u32, wqe: &FailedWqe) {
-        let Some(runtime) = self.transport.qps.get(&qpn) else {
+        let Some(runtime) = self.transport.qps.get(qpn) else {
             return;
         };
         let (send_cq, signal_all) = (runtime.config.send_cq, runtime.config.signal_all);
@@ -953,7 +950,7 @@ impl<I: Io> Engine<I> {
     /// MODIFY, a doorbell, the flush) and before the context
     /// cache is written back, with exactly the values of this moment.
     pub(crate) fn sync_qpc(&mut self, qpn: u32) {
-        let Some(runtime) = self.transport.qps.get(&qpn) else {
+        let Some(runtime) = self.transport.qps.get(qpn) else {
             return;
         };
         let requester = &runtime.requester;
@@ -980,7 +977,7 @@ impl<I: Io> Engine<I> {
     /// flushes the rest from the SQ consumer index on.
     pub(crate) fn requester_fatal(&mut self, qpn: u32, failed: Option<FailedWqe>) {
         if let Some(failed) = failed {
-            while let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+            while let Some(runtime) = self.transport.qps.get_mut(qpn) {
                 let Some(front) = runtime.requester.window.pop_front() else {
                     break;
                 };
@@ -990,7 +987,7 @@ impl<I: Io> Engine<I> {
                 self.complete_send(qpn, &FailedWqe::of(&front, CqeStatus::WrFlushErr));
             }
             self.complete_send(qpn, &failed);
-            if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+            if let Some(runtime) = self.transport.qps.get_mut(qpn) {
                 runtime.requester.window.clear();
                 runtime.requester.fetched = failed.index.wrapping_add(1);
             }
@@ -1003,7 +1000,7 @@ impl<I: Io> Engine<I> {
     /// (with `sub_type`) on the AEQ, and move the QP to ERR.
     pub(crate) fn responder_fatal(&mut self, qpn: u32, nak: Option<(u32, u8)>, event: Option<(AsyncEventType, u8)>) {
         if let Some((psn, syndrome)) = nak {
-            if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+            if let Some(runtime) = self.transport.qps.get_mut(qpn) {
                 runtime.responder.pending.push_back(Response::Ack { psn, syndrome });
                 self.transport.counters.naks_sent += 1;
             }

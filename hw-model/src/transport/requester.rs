@@ -67,7 +67,7 @@ impl<I: Io> Engine<I> {
     /// Builds QP `qpn`'s next request packet, or None when it has nothing it may send.
     pub(crate) fn requester_next_packet(&mut self, qpn: u32) -> Option<Vec<u8>> {
         loop {
-            let runtime = self.transport.qps.get(&qpn)?;
+            let runtime = self.transport.qps.get(qpn)?;
             if runtime.state != QpState::Rts {
                 return None;
             }
@@ -85,7 +85,7 @@ impl<I: Io> Engine<I> {
                 let config = runtime.config;
                 match self.fetch_send_wqe(&config, index) {
                     Ok(wqe) => {
-                        let runtime = self.transport.qps.get_mut(&qpn)?;
+                        let runtime = self.transport.qps.get_mut(qpn)?;
                         runtime.requester.window.push_back(wqe);
                         runtime.requester.fetched = index.wrapping_add(1);
                         continue;
@@ -140,7 +140,7 @@ impl<I: Io> Engine<I> {
                 {
                     return None;
                 }
-                let runtime = self.transport.qps.get_mut(&qpn)?;
+                let runtime = self.transport.qps.get_mut(qpn)?;
                 let requester = &mut runtime.requester;
                 let wqe = &mut requester.window[slot];
                 wqe.first_psn = requester.next_psn;
@@ -162,7 +162,7 @@ impl<I: Io> Engine<I> {
 
     /// Builds packet `packet` of the WQE in window slot `slot` and moves the cursor on.
     fn build_request(&mut self, qpn: u32, slot: usize, packet: u32) -> Option<Vec<u8>> {
-        let runtime = self.transport.qps.get(&qpn)?;
+        let runtime = self.transport.qps.get(qpn)?;
         let config = runtime.config;
         let mut wqe = runtime.requester.window[slot];
         let since_ack_request = runtime.requester.since_ack_request;
@@ -261,7 +261,7 @@ impl<I: Io> Engine<I> {
                     u64::from(path.sgid_index),
                     error.to_string(),
                 );
-                let runtime = self.transport.qps.get_mut(&qpn)?;
+                let runtime = self.transport.qps.get_mut(qpn)?;
                 runtime.requester.stalled = true;
                 return None;
             }
@@ -333,7 +333,7 @@ impl<I: Io> Engine<I> {
             return None;
         }
         // The packet is built: move the cursor, count, and complete unreliable WQEs.
-        let runtime = self.transport.qps.get_mut(&qpn)?;
+        let runtime = self.transport.qps.get_mut(qpn)?;
         let requester = &mut runtime.requester;
         requester.window[slot].cursor = wqe.cursor;
         requester.since_ack_request = if ack_request { 0 } else { since_ack_request + 1 };
@@ -359,7 +359,7 @@ impl<I: Io> Engine<I> {
         } else if whole {
             // UC/UD: a message is complete once sent.
             // Earlier UC/UD WQEs completed when sent, so this one is the oldest.
-            if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+            if let Some(runtime) = self.transport.qps.get_mut(qpn) {
                 runtime.requester.pop_front();
             }
             self.complete_send(qpn, &FailedWqe::of(&wqe, CqeStatus::Success));
@@ -373,7 +373,7 @@ impl<I: Io> Engine<I> {
         let armed = self
             .transport
             .qps
-            .get(&qpn)
+            .get(qpn)
             .is_some_and(|r| r.requester.ack_deadline.is_some());
         if !armed {
             self.restart_ack_timer(qpn);
@@ -383,7 +383,7 @@ impl<I: Io> Engine<I> {
     /// (Re)starts QP `qpn`'s local ACK timer from now (AT = 0: no timer).
     pub(crate) fn restart_ack_timer(&mut self, qpn: u32) {
         let now = self.now();
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         let Some(timeout) = super::qp_runtime::ack_timeout(runtime.config.ack_timeout) else {
@@ -401,7 +401,7 @@ impl<I: Io> Engine<I> {
 
     /// Stops QP `qpn`'s local ACK timer (nothing outstanding).
     pub(crate) fn stop_ack_timer(&mut self, qpn: u32) {
-        if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+        if let Some(runtime) = self.transport.qps.get_mut(qpn) {
             runtime.requester.ack_deadline = None;
         }
     }

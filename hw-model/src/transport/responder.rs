@@ -113,7 +113,7 @@ impl<I: Io> Engine<I> {
     /// An RC request packet for QP `qpn`.
     pub(crate) fn rc_receive(&mut self, qpn: u32, parsed: &ParsedFrame<'_>) {
         let repr = &parsed.repr;
-        let Some(runtime) = self.transport.qps.get(&qpn) else {
+        let Some(runtime) = self.transport.qps.get(qpn) else {
             return;
         };
         // Fields, not the whole QpConfig: this runs for every request.
@@ -127,7 +127,7 @@ impl<I: Io> Engine<I> {
         let distance = psn_diff(psn, epsn);
         if distance > 0 {
             self.transport.counters.out_of_sequence += 1;
-            let runtime = self.transport.qps.get_mut(&qpn).expect("looked up above");
+            let runtime = self.transport.qps.get_mut(qpn).expect("looked up above");
             if !runtime.responder.psn_error_sent {
                 runtime.responder.psn_error_sent = true;
                 runtime.responder.pending.push_back(Response::Ack {
@@ -145,7 +145,7 @@ impl<I: Io> Engine<I> {
         }
         match self.execute(qpn, parsed, operation, true) {
             Ok(executed) => {
-                let runtime = self.transport.qps.get_mut(&qpn).expect("executed on a live QP");
+                let runtime = self.transport.qps.get_mut(qpn).expect("executed on a live QP");
                 let responder = &mut runtime.responder;
                 responder.psn_error_sent = false;
                 responder.epsn = psn_add(psn, executed.psns);
@@ -168,7 +168,7 @@ impl<I: Io> Engine<I> {
                 }
             }
             Err(Fault::NoReceiveWqe) => {
-                let runtime = self.transport.qps.get_mut(&qpn).expect("executed on a live QP");
+                let runtime = self.transport.qps.get_mut(qpn).expect("executed on a live QP");
                 if !runtime.responder.has_room() {
                     self.transport.counters.responses_dropped += 1;
                     return;
@@ -236,7 +236,7 @@ impl<I: Io> Engine<I> {
 
     /// Completes the claimed receive WQE (if any) with an error status.
     fn fail_claimed_receive(&mut self, qpn: u32, status: CqeStatus) {
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         let Some(claimed) = runtime.responder.inbound.recv.take() else {
@@ -260,7 +260,7 @@ impl<I: Io> Engine<I> {
     /// A duplicate RC request (PSN behind the expected one).
     fn rc_duplicate(&mut self, qpn: u32, repr: &RoceRepr, operation: u8, psn: u32) {
         self.transport.counters.duplicate_requests += 1;
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         let responder = &mut runtime.responder;
@@ -340,7 +340,7 @@ impl<I: Io> Engine<I> {
 
     /// Whether the packet comes from the QP's peer (RC/UC address check, as rxe does).
     fn source_matches(&mut self, qpn: u32, repr: &RoceRepr) -> bool {
-        let Some(runtime) = self.transport.qps.get(&qpn) else {
+        let Some(runtime) = self.transport.qps.get(qpn) else {
             return false;
         };
         let Some(path) = runtime.config.path else {
@@ -369,7 +369,7 @@ impl<I: Io> Engine<I> {
         }
         let operation = op::operation(repr.bth.opcode.0);
         let psn = repr.bth.psn;
-        let runtime = self.transport.qps.get_mut(&qpn).expect("checked by the caller");
+        let runtime = self.transport.qps.get_mut(qpn).expect("checked by the caller");
         let responder = &mut runtime.responder;
         if psn != responder.epsn {
             // A gap: the message in progress is lost (its receive WQE is kept for the next).
@@ -411,7 +411,7 @@ impl<I: Io> Engine<I> {
                 if let Fault::Receive { status, .. } = fault {
                     self.fail_claimed_receive(qpn, status);
                 }
-                if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+                if let Some(runtime) = self.transport.qps.get_mut(qpn) {
                     runtime.responder.inbound = Inbound::idle_keeping(runtime.responder.inbound.recv);
                     runtime.responder.inbound.discard = !op::is_last(operation);
                 }
@@ -431,7 +431,7 @@ impl<I: Io> Engine<I> {
     ) -> Result<Executed, Fault> {
         let repr = &parsed.repr;
         let payload = parsed.payload;
-        let runtime = self.transport.qps.get(&qpn).expect("checked by the caller");
+        let runtime = self.transport.qps.get(qpn).expect("checked by the caller");
         let mtu = runtime.config.mtu as usize;
         let inbound_kind = runtime.responder.inbound.kind;
         let first = op::is_first(operation);
@@ -476,7 +476,7 @@ impl<I: Io> Engine<I> {
 
     /// SEND FIRST/MIDDLE/LAST/ONLY (with immediate / invalidate).
     fn execute_send(&mut self, qpn: u32, repr: &RoceRepr, payload: &[u8], operation: u8) -> Result<Executed, Fault> {
-        let runtime = self.transport.qps.get(&qpn).expect("checked by the caller");
+        let runtime = self.transport.qps.get(qpn).expect("checked by the caller");
         let config = runtime.config;
         let mut inbound = runtime.responder.inbound;
         let first = op::is_first(operation);
@@ -543,7 +543,7 @@ impl<I: Io> Engine<I> {
 
     /// RDMA WRITE FIRST/MIDDLE/LAST/ONLY (with immediate).
     fn execute_write(&mut self, qpn: u32, repr: &RoceRepr, payload: &[u8], operation: u8) -> Result<Executed, Fault> {
-        let runtime = self.transport.qps.get(&qpn).expect("checked by the caller");
+        let runtime = self.transport.qps.get(qpn).expect("checked by the caller");
         let (pd, remote_write) = (runtime.config.pd, runtime.config.remote_write);
         let mut inbound = runtime.responder.inbound;
         let first = op::is_first(operation);
@@ -578,7 +578,7 @@ impl<I: Io> Engine<I> {
         let immediate = op::has_immediate(operation);
         if immediate && inbound.recv.is_none() {
             // WRITE with immediate consumes a receive WQE: check before writing anything.
-            let config = self.transport.qps.get(&qpn).expect("checked by the caller").config;
+            let config = self.transport.qps.get(qpn).expect("checked by the caller").config;
             inbound.recv = Some(self.claim_receive_wqe(&config).ok_or(Fault::NoReceiveWqe)?);
         }
         if !payload.is_empty() {
@@ -622,7 +622,7 @@ impl<I: Io> Engine<I> {
 
     /// RDMA READ request: checked now, answered by queued READ responses.
     fn execute_read(&mut self, qpn: u32, repr: &RoceRepr) -> Result<Executed, Fault> {
-        let runtime = self.transport.qps.get(&qpn).expect("checked by the caller");
+        let runtime = self.transport.qps.get(qpn).expect("checked by the caller");
         let config = runtime.config;
         let Some(reth) = repr.reth else {
             return Err(Fault::Invalid("a RETH on an RDMA READ request".into()));
@@ -631,7 +631,7 @@ impl<I: Io> Engine<I> {
         self.reserve_responder_resource(qpn)?;
         let psn = repr.bth.psn;
         let packets = packet_count(reth.dma_length, config.mtu);
-        let runtime = self.transport.qps.get_mut(&qpn).expect("checked by the caller");
+        let runtime = self.transport.qps.get_mut(qpn).expect("checked by the caller");
         let responder = &mut runtime.responder;
         push_replay(
             &mut responder.replay,
@@ -663,7 +663,7 @@ impl<I: Io> Engine<I> {
 
     /// Compare-and-swap or fetch-and-add: executed once, the original value saved.
     fn execute_atomic(&mut self, qpn: u32, repr: &RoceRepr, operation: u8) -> Result<Executed, Fault> {
-        let runtime = self.transport.qps.get(&qpn).expect("checked by the caller");
+        let runtime = self.transport.qps.get(qpn).expect("checked by the caller");
         let config = runtime.config;
         let Some(atomic) = repr.atomic_eth else {
             return Err(Fault::Invalid("an AtomicETH on an atomic request".into()));
@@ -707,7 +707,7 @@ impl<I: Io> Engine<I> {
             self.write_region(&region, &new.to_le_bytes()).map_err(remote_fault)?;
         }
         let psn = repr.bth.psn;
-        let runtime = self.transport.qps.get_mut(&qpn).expect("checked by the caller");
+        let runtime = self.transport.qps.get_mut(qpn).expect("checked by the caller");
         let responder = &mut runtime.responder;
         push_replay(
             &mut responder.replay,
@@ -756,7 +756,7 @@ impl<I: Io> Engine<I> {
 
     /// Refuses a READ/atomic beyond the responder resources (RR_MAX) still being answered.
     fn reserve_responder_resource(&mut self, qpn: u32) -> Result<(), Fault> {
-        let runtime = self.transport.qps.get(&qpn).expect("checked by the caller");
+        let runtime = self.transport.qps.get(qpn).expect("checked by the caller");
         let limit = runtime.config.responder_resources as usize;
         if runtime.responder.responses_in_progress() >= limit {
             return Err(Fault::Invalid(format!(
@@ -767,14 +767,14 @@ impl<I: Io> Engine<I> {
     }
 
     fn set_inbound(&mut self, qpn: u32, inbound: Inbound) {
-        if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+        if let Some(runtime) = self.transport.qps.get_mut(qpn) {
             runtime.responder.inbound = inbound;
         }
     }
 
     /// A message without a receive CQE (RDMA WRITE) completed: MSN moves on.
     fn count_message(&mut self, qpn: u32) {
-        if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+        if let Some(runtime) = self.transport.qps.get_mut(qpn) {
             runtime.responder.msn = (runtime.responder.msn + 1) & MSN_MASK;
         }
     }
@@ -791,7 +791,7 @@ impl<I: Io> Engine<I> {
         solicited: bool,
         ud: Option<(&RoceRepr, u32)>,
     ) {
-        let Some(runtime) = self.transport.qps.get_mut(&qpn) else {
+        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
         let responder = &mut runtime.responder;
@@ -843,7 +843,7 @@ impl<I: Io> Engine<I> {
             self.drop_frame(object(), "DETH", 0, "a DETH on a UD packet".into());
             return;
         };
-        let Some(runtime) = self.transport.qps.get(&qpn) else {
+        let Some(runtime) = self.transport.qps.get(qpn) else {
             return;
         };
         let config = runtime.config;
@@ -883,7 +883,7 @@ impl<I: Io> Engine<I> {
                 unreachable!("transfer faults are receive faults")
             };
             self.diagnose(Source::Transport, object(), "receive WQE", total as u64, reason);
-            if let Some(runtime) = self.transport.qps.get_mut(&qpn) {
+            if let Some(runtime) = self.transport.qps.get_mut(qpn) {
                 runtime.responder.inbound.recv = Some(claimed);
             }
             self.fail_claimed_receive(qpn, status);
@@ -910,7 +910,7 @@ impl<I: Io> Engine<I> {
 
     /// Builds QP `qpn`'s next queued response (ACK, NAK, READ response, ATOMIC ACK).
     pub(crate) fn responder_next_packet(&mut self, qpn: u32) -> Option<Vec<u8>> {
-        let runtime = self.transport.qps.get(&qpn)?;
+        let runtime = self.transport.qps.get(qpn)?;
         let response = *runtime.responder.pending.front()?;
         // Fields, not the whole QpConfig: this runs for every response.
         let (path, mtu, dest_qpn, pd) = (
@@ -921,7 +921,7 @@ impl<I: Io> Engine<I> {
         );
         let msn = runtime.responder.msn;
         let Some(path) = path else {
-            self.transport.qps.get_mut(&qpn)?.responder.pending.pop_front();
+            self.transport.qps.get_mut(qpn)?.responder.pending.pop_front();
             return None;
         };
         let (opcode, psn) = match response {
@@ -954,7 +954,7 @@ impl<I: Io> Engine<I> {
                     u64::from(path.sgid_index),
                     format!("{error} to send a response (dropped)"),
                 );
-                self.transport.qps.get_mut(&qpn)?.responder.pending.pop_front();
+                self.transport.qps.get_mut(qpn)?.responder.pending.pop_front();
                 return None;
             }
         };
@@ -977,13 +977,13 @@ impl<I: Io> Engine<I> {
             Response::Ack { syndrome, .. } => {
                 repr.aeth = Some(AethRepr { syndrome, msn });
                 wire::emit_frame_offloaded(&repr, 0, &mut buffer, |_| {});
-                self.transport.qps.get_mut(&qpn)?.responder.pending.pop_front();
+                self.transport.qps.get_mut(qpn)?.responder.pending.pop_front();
             }
             Response::Atomic { original, .. } => {
                 repr.aeth = Some(ack);
                 repr.atomic_ack = Some(original);
                 wire::emit_frame_offloaded(&repr, 0, &mut buffer, |_| {});
-                self.transport.qps.get_mut(&qpn)?.responder.pending.pop_front();
+                self.transport.qps.get_mut(qpn)?.responder.pending.pop_front();
             }
             Response::Read {
                 next_psn,
@@ -1013,11 +1013,11 @@ impl<I: Io> Engine<I> {
                 if let Some(fault) = failure {
                     // The region changed under an accepted READ: NAK it where it stands.
                     self.io.port().give_buffer(buffer);
-                    self.transport.qps.get_mut(&qpn)?.responder.pending.pop_front();
+                    self.transport.qps.get_mut(qpn)?.responder.pending.pop_front();
                     self.rc_fault(qpn, next_psn, op::READ_REQUEST, fault);
                     return None;
                 }
-                let responder = &mut self.transport.qps.get_mut(&qpn)?.responder;
+                let responder = &mut self.transport.qps.get_mut(qpn)?.responder;
                 if last {
                     responder.pending.pop_front();
                 } else if let Some(Response::Read {

@@ -147,7 +147,7 @@ impl<I: Io> Engine<I> {
         let direct = self
             .transport
             .qps
-            .get_mut(&config.qpn)
+            .get_mut(config.qpn)
             .and_then(|runtime| runtime.requester.direct.take_if(|direct| direct.0 == index));
         let from_doorbell = direct.is_some();
         let raw = match direct {
@@ -490,7 +490,7 @@ impl<I: Io> Engine<I> {
         let qpn = config.qpn;
         let buffer = config.buffer?;
         let (consumer, cached_producer) = {
-            let runtime = self.transport.qps.get(&qpn)?;
+            let runtime = self.transport.qps.get(qpn)?;
             (runtime.responder.rq_consumer, runtime.responder.rq_producer)
         };
         let producer = match config.rq_record {
