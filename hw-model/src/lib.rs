@@ -15,7 +15,7 @@
 #![warn(missing_docs)]
 // Each block's module docs describe its state and interface, which are crate-private:
 // they are for readers of the model's internals (`cargo doc --document-private-items`,
-// which the tests run and where these links resolve), not for users of the crate's API.
+// which `.ci/run` checks and where these links resolve), not for users of the crate's API.
 #![allow(rustdoc::private_intra_doc_links)]
 
 mod bus;

@@ -962,17 +962,18 @@ impl<I: Io> Engine<I> {
             syndrome: op::AETH_ACK,
             msn,
         };
-        // Every emit below writes or zeroes each byte of the frame it keeps; the READ
-        // response's payload is dropped unless the read filled all of it.
-        let payload_length = match &response {
-            Response::Read { remaining, .. } => (*remaining).min(mtu) as usize,
+        // A READ response carries what remains of the READ, at most an MTU.
+        let length = match &response {
+            Response::Read { remaining, .. } => (*remaining).min(mtu),
             _ => 0,
         };
-        // The AETH is not counted yet: near enough to choose a buffer by.
+        // Every emit below writes or zeroes each byte of the frame it keeps; the READ
+        // response's payload is dropped unless the read filled all of it. The AETH is not
+        // counted in the length yet: near enough to choose a buffer by.
         let mut buffer = self
             .io
             .port()
-            .take_frame_buffer(wire::frame_length(&repr, payload_length));
+            .take_frame_buffer(wire::frame_length(&repr, length as usize));
         match response {
             Response::Ack { syndrome, .. } => {
                 repr.aeth = Some(AethRepr { syndrome, msn });
@@ -993,7 +994,6 @@ impl<I: Io> Engine<I> {
                 first,
                 ..
             } => {
-                let length = remaining.min(mtu);
                 let last = remaining <= mtu;
                 if first || last {
                     repr.aeth = Some(ack);
