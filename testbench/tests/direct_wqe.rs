@@ -72,3 +72,31 @@ fn a_direct_wqe_naming_another_index_is_ignored_for_the_rings() {
     let diagnostics = c.diagnostics();
     assert!(diagnostics.iter().any(|d| d.contains("WQE_IDX")), "{diagnostics:?}");
 }
+
+#[test]
+fn a_plain_doorbell_written_after_a_direct_wqe_does_not_overtake_it() {
+    // Doorbells are posted writes, which arrive in the order they were written: the
+    // direct-WQE doorbell, longer by its 64-byte WQE, still takes effect first, so the
+    // ring is not read for its WQE (spoiled there) and the producer index never goes back.
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
+    let mut wqe = post_write(&mut c, 0x4000);
+    let address = c.qa.sq_wqe_address(0);
+    let memory = c.pair.a().memory.clone();
+    memory.write(address, &[0xFF; 64]).unwrap();
+    wqe.set_direct_flag(true);
+    wqe.set_direct_wqe_index(1);
+    push(&mut c, wqe, 1);
+    post_write(&mut c, 0x8000);
+    let h = &mut c.pair.fabric.device_mut(c.pair.a).h;
+    h.ring_send(&c.qa);
+    c.run();
+    let cqes = c.cqes_a();
+    assert_eq!(cqes.len(), 2, "{cqes:?}");
+    for (index, cqe) in cqes.iter().enumerate() {
+        assert_eq!(cqe.wqe_index(), index as u16);
+        assert_eq!(CqeStatus::try_from(cqe.status()), Ok(CqeStatus::Success));
+    }
+    assert_eq!(c.bytes_b(0x4000, 3000), Connection::initial(1, 0, 3000));
+    assert_eq!(c.bytes_b(0x8000, 3000), Connection::initial(1, 0, 3000));
+    assert!(c.diagnostics().is_empty(), "{:?}", c.diagnostics());
+}

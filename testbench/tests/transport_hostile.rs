@@ -289,3 +289,31 @@ fn hostile_frames_and_wqes_never_panic_or_wedge_the_device() {
         assert_eq!(c.bytes_b(0x40000, 2000), c.bytes_a(0x40000, 2000), "seed {seed}");
     }
 }
+
+#[test]
+fn a_doorbell_flood_at_one_instant_keeps_a_bounded_number_in_flight_and_runs_each_wqe_once() {
+    use rnic_firmware_if::doorbell::Doorbell;
+    use rnic_hw_model::transport::DOORBELLS_IN_FLIGHT_LIMIT;
+    // A driver that rings faster than virtual time passes: every doorbell is still in
+    // flight when the next is written. Beyond the limit they merge into the QP's newest.
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
+    let (ma, mb) = (c.ma, c.mb);
+    let rings = DOORBELLS_IN_FLIGHT_LIMIT + 1000;
+    let h = &mut c.pair.fabric.device_mut(c.pair.a).h;
+    for n in 0..8u64 {
+        let request = SendRequest::rdma(SqOpcode::RdmaWrite, vec![ma.sge(n * 512, 512)], mb.at(n * 512), mb.key);
+        h.post_send(&mut c.qa, &request);
+    }
+    for _ in 0..rings {
+        h.doorbell(Doorbell::sq(c.qa.qpn, c.qa.sq_head as u16, 0).as_u64());
+    }
+    let merged = h.device.transport_counters().doorbells_merged;
+    assert_eq!(merged, (rings - DOORBELLS_IN_FLIGHT_LIMIT) as u64);
+    c.run();
+    let cqes = c.cqes_a();
+    assert_eq!(cqes.len(), 8, "{cqes:?}");
+    assert!(cqes
+        .iter()
+        .all(|cqe| CqeStatus::try_from(cqe.status()) == Ok(CqeStatus::Success)));
+    assert_eq!(c.bytes_b(0, 4096), Connection::initial(1, 0, 4096));
+}

@@ -612,3 +612,96 @@ fn mailboxes_see_the_engines_progress_and_a_reset_qp_starts_over() {
         "RESET clears the indices the engines advanced"
     );
 }
+
+/// What node 1 did, by virtual time: its frames leaving, and reads of one SQ WQE.
+#[derive(Default)]
+struct PortAndWqeLog {
+    departures: Vec<rnic_hw_model::Picoseconds>,
+    wqe_reads: Vec<rnic_hw_model::Picoseconds>,
+}
+
+/// Fills a shared [`PortAndWqeLog`]; the WQE is the one at bus address `wqe`.
+struct PortAndWqeWatch {
+    log: std::sync::Arc<std::sync::Mutex<PortAndWqeLog>>,
+    wqe: u64,
+}
+
+impl rnic_hw_model::probe::Observer for PortAndWqeWatch {
+    fn observe(&mut self, at: rnic_hw_model::Picoseconds, transaction: &rnic_hw_model::probe::Transaction<'_>) {
+        use rnic_hw_model::probe::Transaction;
+        let mut log = self.log.lock().unwrap();
+        match transaction {
+            Transaction::FrameOut(_) => log.departures.push(at),
+            Transaction::DmaRead { address, data } if (*address..*address + data.len() as u64).contains(&self.wqe) => {
+                log.wqe_reads.push(at)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A 64 KiB WRITE from node 1 (16 frames at MTU 4096), and if `ring_at` is given a
+/// second, 8-byte WRITE whose doorbell the host writes then; what node 1 did.
+fn write_then_ring(ring_at: Option<rnic_hw_model::Picoseconds>) -> PortAndWqeLog {
+    use rnic_hw_model::probe::Port;
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu4096, false, |_| {});
+    let (ma, mb) = (c.ma, c.mb);
+    let log = std::sync::Arc::new(std::sync::Mutex::new(PortAndWqeLog::default()));
+    let wqe = c.qa.sq_wqe_address(1);
+    let a = c.pair.a;
+    for port in [Port::Network, Port::Bus] {
+        let watch = PortAndWqeWatch { log: log.clone(), wqe };
+        c.pair.h(a).device.attach_observer(port, Some(Box::new(watch)));
+    }
+    c.send_a(&SendRequest::rdma(
+        SqOpcode::RdmaWrite,
+        vec![ma.sge(0, 65536)],
+        mb.at(0),
+        mb.key,
+    ));
+    if let Some(at) = ring_at {
+        c.pair.fabric.advance_to(at);
+        assert_eq!(c.pair.a().device.now(), at);
+        c.send_a(&SendRequest::rdma(
+            SqOpcode::RdmaWrite,
+            vec![ma.sge(0, 8)],
+            mb.at(65536),
+            mb.key,
+        ));
+    }
+    c.run();
+    let completed = c.cqes_a().len();
+    assert_eq!(completed, 1 + usize::from(ring_at.is_some()), "{:?}", c.diagnostics());
+    let seen = std::mem::take(&mut *log.lock().unwrap());
+    seen
+}
+
+/// A doorbell is a posted write that reaches the NIC `doorbell_ps` after the host wrote
+/// it. The WQE it announces is not read before then, even when the port wakes in between
+/// to let a frame of an earlier message leave (the run is deterministic, so the first run
+/// shows when the port wakes and the second rings just before that).
+#[test]
+fn a_wqe_is_not_read_before_its_doorbell_has_arrived_though_the_port_wakes_in_between() {
+    use rnic_hw_model::Picoseconds;
+    let doorbell = Picoseconds(rnic_hw_model::DeviceConfig::default().timing.doorbell_ps);
+    let alone = write_then_ring(None);
+    assert_eq!(alone.departures.len(), 16);
+    assert!(alone.wqe_reads.is_empty());
+    // The last frame is built by then (it is serialised before it leaves), so the second
+    // WQE is next; the port wakes at that departure, inside the doorbell's flight.
+    let last = alone.departures[15];
+    let ring_at = Picoseconds(last.0 - doorbell.0 / 3);
+    assert!(ring_at.0 > alone.departures[14].0);
+    let both = write_then_ring(Some(ring_at));
+    assert_eq!(
+        both.departures[..16],
+        alone.departures[..],
+        "the same run until the doorbell"
+    );
+    assert_eq!(both.wqe_reads.len(), 1, "the second WQE is read once");
+    assert_eq!(
+        both.wqe_reads[0],
+        Picoseconds(ring_at.0 + doorbell.0),
+        "when the doorbell arrives"
+    );
+}

@@ -60,6 +60,7 @@ fn sum(a: &TransportCounters, b: &TransportCounters) -> TransportCounters {
         messages_dropped: a.messages_dropped + b.messages_dropped,
         icrc_errors: a.icrc_errors + b.icrc_errors,
         responses_dropped: a.responses_dropped + b.responses_dropped,
+        doorbells_merged: a.doorbells_merged + b.doorbells_merged,
     }
 }
 

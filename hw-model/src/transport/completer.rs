@@ -16,7 +16,6 @@
 use rnic_firmware_if::cqe::CqeStatus;
 
 use crate::diagnostics::Source;
-use crate::time::Picoseconds;
 use crate::wire::ParsedFrame;
 
 use super::op;
@@ -114,7 +113,7 @@ impl<I: Io> Engine<I> {
         if after.is_some_and(|after| after != before) {
             self.sync_qpc(qpn);
         }
-        self.kick_qp(qpn, Picoseconds::ZERO);
+        self.kick_qp(qpn);
     }
 
     /// Completes SEND/WRITE WQEs whose PSNs all lie before `boundary` and moves the
@@ -509,7 +508,7 @@ impl<I: Io> Engine<I> {
         requester.timeouts_in_row = requester.timeouts_in_row.saturating_add(1);
         self.retry_from(qpn, "an acknowledgement (local ACK timeout)", true);
         self.sync_qpc(qpn);
-        self.kick_qp(qpn, Picoseconds::ZERO);
+        self.kick_qp(qpn);
     }
 
     /// The RNR timer event of QP `qpn`: resend.
@@ -523,6 +522,6 @@ impl<I: Io> Engine<I> {
         runtime.requester.rnr_timer = 0;
         runtime.requester.rnr_wait = false;
         self.restart_ack_timer(qpn);
-        self.kick_qp(qpn, Picoseconds::ZERO);
+        self.kick_qp(qpn);
     }
 }

@@ -18,12 +18,14 @@
 //! the frame-buffer pool and the address tables; [`Engine::receive_frame`] delivers a
 //! frame from the network at the current virtual time.
 //!
-//! The engines time the port with the timing model ([`crate::timing`]): a `TransportTx`
-//! event picks the next QP with work from a round-robin ring and builds its next packet
-//! (responses before requests) into the port's transmit pipeline, which holds at most
-//! `tx_pipeline_depth` frames. A frame is ready after the costs charged while building it
-//! (WQE fetch, context miss, MTT, payload DMA read, transmit pipeline), starts on the wire
-//! when it is ready and the port is free, and leaves the port after its serialisation.
+//! The engines time the port with the timing model ([`crate::timing`]). An SQ doorbell
+//! takes effect when it arrives, `doorbell_ps` after the host wrote it
+//! ([`DoorbellInFlight`]); a `TransportTx` event picks the next QP with work from a
+//! round-robin ring and builds its next packet (responses before requests) into the
+//! port's transmit pipeline, which holds at most `tx_pipeline_depth` frames. A frame is
+//! ready after the costs charged while building it (WQE fetch, context miss, MTT, payload
+//! DMA read, transmit pipeline), starts on the wire when it is ready and the port is
+//! free, and leaves the port after its serialisation.
 //! Received frames wait in the port's receive pipeline (receive pipeline cycles, payload
 //! DMA write, CQE write) before the engines process them.
 //!
@@ -324,6 +326,10 @@ pub struct TransportCounters {
     pub icrc_errors: u64,
     /// Responses not queued because the responder's queue was full (duplicate floods).
     pub responses_dropped: u64,
+    /// SQ doorbells merged into an earlier one of their QP still in flight, because
+    /// [`DOORBELLS_IN_FLIGHT_LIMIT`] were in flight (a driver ringing faster than
+    /// virtual time passes).
+    pub doorbells_merged: u64,
 }
 
 /// The transport's device-wide state.
@@ -335,6 +341,8 @@ pub(crate) struct Transport {
     pub active: VecDeque<u32>,
     /// The earliest pending `TransportTx` event that is not stale.
     pub next_tx_at: Option<Picoseconds>,
+    /// SQ doorbells written by the host and not yet arrived, in arrival order.
+    pub doorbells: VecDeque<DoorbellInFlight>,
     /// The PCIe read channel (completions to the device) is busy until then.
     pub pcie_read_free: Picoseconds,
     /// Source of timer generations (never reused, so a stale timer is always ignored).
@@ -344,6 +352,38 @@ pub(crate) struct Transport {
     pub caps: rnic_firmware_if::caps::DeviceCaps,
 }
 
+/// SQ doorbells in flight at most before a new one is merged into its QP's newest one in
+/// flight: memory stays bounded by the number of QPs however fast a driver rings. A
+/// driver writing doorbells 1 ns apart (`doorbell_ps` 150 ns) has 150 in flight.
+pub const DOORBELLS_IN_FLIGHT_LIMIT: usize = 4096;
+
+/// An SQ doorbell on its way: a posted write the device acts on when it arrives,
+/// `doorbell_ps` after the host wrote it (and after the doorbells written before it:
+/// posted writes do not pass each other). Until then the requester does not know the new
+/// producer index, however often the port wakes in between.
+#[derive(Debug, Clone)]
+pub(crate) struct DoorbellInFlight {
+    /// When it reaches the device.
+    pub arrives: Picoseconds,
+    pub qpn: u32,
+    /// The requester incarnation it was rung for: a QP that left RTS and came back in
+    /// between has read its producer index from the QPC and ignores it.
+    pub generation: u64,
+    pub producer: u16,
+    pub direct: DirectWqe,
+}
+
+/// What a doorbell does to the WQE a direct-WQE doorbell left with the requester.
+#[derive(Debug, Clone)]
+pub(crate) enum DirectWqe {
+    /// A plain doorbell: the held WQE (if any) stays.
+    Keep,
+    /// The doorbell carried this WQE (its SQ index, its bytes).
+    Carried(Box<(u16, [u8; SQ_WQE_SIZE])>),
+    /// The doorbell carried a WQE with the wrong index: it is fetched from the ring.
+    Discard,
+}
+
 impl Transport {
     /// The transport of a device with `caps` after power-on or function reset: no QP.
     pub fn new(caps: &rnic_firmware_if::caps::DeviceCaps) -> Self {
@@ -351,6 +391,7 @@ impl Transport {
             qps: QpTable::default(),
             active: VecDeque::with_capacity(64),
             next_tx_at: None,
+            doorbells: VecDeque::new(),
             pcie_read_free: Picoseconds::ZERO,
             generation: 0,
             counters: TransportCounters::default(),
@@ -528,8 +569,8 @@ impl<I: Io> Engine<I> {
         self.diagnose(Source::Transport, object, field, value, expected);
     }
 
-    /// Puts QP `qpn` on the port's ring and makes sure the port runs within `delay`.
-    pub(crate) fn kick_qp(&mut self, qpn: u32, delay: Picoseconds) {
+    /// Puts QP `qpn` on the port's ring and makes sure the port runs now.
+    pub(crate) fn kick_qp(&mut self, qpn: u32) {
         let Some(runtime) = self.transport.qps.get_mut(qpn) else {
             return;
         };
@@ -537,7 +578,7 @@ impl<I: Io> Engine<I> {
             runtime.in_ring = true;
             self.transport.active.push_back(qpn);
         }
-        self.schedule_tx(self.now() + delay);
+        self.schedule_tx(self.now());
     }
 
     /// Makes sure a `TransportTx` event runs at `at` or earlier.
@@ -560,6 +601,7 @@ impl<I: Io> Engine<I> {
         while let Some(frame) = self.io.port().departed(now) {
             self.frame_left_port(frame);
         }
+        self.deliver_doorbells(now);
         let depth = self.io.timing().params().tx_pipeline_depth;
         let room = self.io.port().transmit_pipeline_len() < depth;
         let pcie_free = self.transport.pcie_read_free <= now;
@@ -573,6 +615,9 @@ impl<I: Io> Engine<I> {
         }
         if let Some(at) = next {
             self.schedule_tx(at);
+        }
+        if let Some(doorbell) = self.transport.doorbells.front() {
+            self.schedule_tx(doorbell.arrives);
         }
     }
 
@@ -847,7 +892,7 @@ impl<I: Io> Engine<I> {
                         self.transport.qps.insert(qpn, runtime);
                     }
                 }
-                self.kick_qp(qpn, Picoseconds::ZERO);
+                self.kick_qp(qpn);
             }
             QpState::Err => self.transport_enter_error(qpn),
             _ => {
@@ -880,25 +925,26 @@ impl<I: Io> Engine<I> {
         }
     }
 
-    /// An SQ doorbell moved QP `qpn`'s producer index (QP in RTS). A direct-WQE doorbell
-    /// carries the WQE before the producer index: the requester takes it from here instead
-    /// of fetching it, and the doorbell costs the 64-byte write on the link as well.
+    /// The host wrote an SQ doorbell moving QP `qpn`'s producer index (QP in RTS); it
+    /// takes effect when it arrives ([`DoorbellInFlight`]). A direct-WQE doorbell carries
+    /// the WQE before the producer index: the requester takes it from there instead of
+    /// fetching it, and the doorbell costs the 64-byte write on the link as well.
     pub(crate) fn sq_doorbell(&mut self, qpn: u32, producer_index: u16, direct_wqe: Option<[u8; SQ_WQE_SIZE]>) {
-        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
+        let Some(runtime) = self.transport.qps.get(qpn) else {
             return;
         };
-        runtime.requester.producer = producer_index;
-        runtime.requester.stalled = false;
+        let generation = runtime.requester.generation;
         let params = self.io.timing().params();
         let mut delay = Picoseconds(params.doorbell_ps);
+        let mut direct = DirectWqe::Keep;
         if let Some(bytes) = direct_wqe {
             delay = delay + params.pcie_write_transfer(SQ_WQE_SIZE as u64);
             let index = producer_index.wrapping_sub(1);
             let stated = RcSqWqe(bytes).direct_wqe_index();
             if stated == producer_index {
-                runtime.requester.direct = Some(Box::new((index, bytes)));
+                direct = DirectWqe::Carried(Box::new((index, bytes)));
             } else {
-                runtime.requester.direct = None;
+                direct = DirectWqe::Discard;
                 self.diagnose(
                     Source::Transport,
                     format!("QP {qpn:#x} direct WQE"),
@@ -910,7 +956,65 @@ impl<I: Io> Engine<I> {
         }
         self.io.timing().frame.qpn = qpn;
         self.io.timing().record(Stage::Doorbell, delay);
-        self.kick_qp(qpn, delay);
+        if self.transport.doorbells.len() >= DOORBELLS_IN_FLIGHT_LIMIT {
+            let newest = self.transport.doorbells.iter_mut().rev().find(|d| d.qpn == qpn);
+            if let Some(newest) = newest.filter(|d| d.generation == generation) {
+                newest.producer = producer_index;
+                if !matches!(direct, DirectWqe::Keep) {
+                    newest.direct = direct;
+                }
+                self.transport.counters.doorbells_merged += 1;
+                return;
+            }
+        }
+        let earliest = self.now() + delay;
+        let arrives = self
+            .transport
+            .doorbells
+            .back()
+            .map_or(earliest, |last| earliest.max(last.arrives));
+        self.transport.doorbells.push_back(DoorbellInFlight {
+            arrives,
+            qpn,
+            generation,
+            producer: producer_index,
+            direct,
+        });
+        self.schedule_tx(arrives);
+    }
+
+    /// The SQ doorbells that have reached the device by `now` take effect: each QP's
+    /// requester learns its producer index and the QP joins the ring. One for a QP that
+    /// left RTS since, or was destroyed, is dropped (the QPC holds the index, and a flush
+    /// or a fresh requester reads it from there).
+    fn deliver_doorbells(&mut self, now: Picoseconds) {
+        while self
+            .transport
+            .doorbells
+            .front()
+            .is_some_and(|doorbell| doorbell.arrives <= now)
+        {
+            let Some(doorbell) = self.transport.doorbells.pop_front() else {
+                break;
+            };
+            let Some(runtime) = self.transport.qps.get_mut(doorbell.qpn) else {
+                continue;
+            };
+            if runtime.state != QpState::Rts || runtime.requester.generation != doorbell.generation {
+                continue;
+            }
+            runtime.requester.producer = doorbell.producer;
+            runtime.requester.stalled = false;
+            match doorbell.direct {
+                DirectWqe::Keep => {}
+                DirectWqe::Carried(wqe) => runtime.requester.direct = Some(wqe),
+                DirectWqe::Discard => runtime.requester.direct = None,
+            }
+            if !runtime.in_ring {
+                runtime.in_ring = true;
+                self.transport.active.push_back(doorbell.qpn);
+            }
+        }
     }
 
     /// An RQ doorbell moved QP `qpn`'s producer index.
@@ -1011,6 +1115,6 @@ impl<I: Io> Engine<I> {
         self.sync_qpc(qpn);
         self.qp_enter_error(qpn);
         // The NAK still goes out from the ERR state.
-        self.kick_qp(qpn, Picoseconds::ZERO);
+        self.kick_qp(qpn);
     }
 }

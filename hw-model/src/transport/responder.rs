@@ -18,7 +18,6 @@ use rnic_firmware_if::event::{AsyncEventType, LocalAccessSubtype};
 
 use crate::diagnostics::Source;
 use crate::mpt::{MrAccess, MrAccessError};
-use crate::time::Picoseconds;
 use crate::wire::{self, AethRepr, IpRepr, ParsedFrame, RethRepr, RoceRepr};
 
 use super::dma::{SgeCursor, TransferError};
@@ -135,7 +134,7 @@ impl<I: Io> Engine<I> {
                     syndrome: op::AETH_NAK | op::NAK_PSN_SEQUENCE,
                 });
                 self.transport.counters.naks_sent += 1;
-                self.kick_qp(qpn, Picoseconds::ZERO);
+                self.kick_qp(qpn);
             }
             return;
         }
@@ -164,7 +163,7 @@ impl<I: Io> Engine<I> {
                     self.sync_qpc(qpn);
                 }
                 if kick {
-                    self.kick_qp(qpn, Picoseconds::ZERO);
+                    self.kick_qp(qpn);
                 }
             }
             Err(Fault::NoReceiveWqe) => {
@@ -176,7 +175,7 @@ impl<I: Io> Engine<I> {
                 let syndrome = op::AETH_RNR_NAK | (min_rnr_timer & 0x1F);
                 runtime.responder.pending.push_back(Response::Ack { psn, syndrome });
                 self.transport.counters.rnr_naks_sent += 1;
-                self.kick_qp(qpn, Picoseconds::ZERO);
+                self.kick_qp(qpn);
             }
             Err(fault) => self.rc_fault(qpn, psn, operation, fault),
         }
@@ -335,7 +334,7 @@ impl<I: Io> Engine<I> {
             }
             _ => return,
         }
-        self.kick_qp(qpn, Picoseconds::ZERO);
+        self.kick_qp(qpn);
     }
 
     /// Whether the packet comes from the QP's peer (RC/UC address check, as rxe does).
