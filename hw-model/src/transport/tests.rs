@@ -148,3 +148,68 @@ fn serialisation_follows_the_timing_model() {
     assert_eq!(params.serialisation(1000), Picoseconds(81_920));
     assert_eq!(params.serialisation(0), Picoseconds(1_920));
 }
+
+/// Device with QP `qpn` in RTS (a zeroed QPC: producer and consumer index 0).
+fn device_with_qp_in_rts(qpn: u32) -> Device {
+    let mut device = device();
+    let qpc = Qpc::zeroed();
+    device.transport.qp_modified(qpn, QpState::Init, QpState::Rtr, &qpc);
+    device.transport.qp_modified(qpn, QpState::Rtr, QpState::Rts, &qpc);
+    device
+}
+
+/// The requester's producer index of QP `qpn`, and whether the QP is on the port's ring.
+fn producer_and_ring(device: &Device, qpn: u32) -> (u16, bool) {
+    let runtime = device.transport.transport.qps.get(qpn).expect("the QP's runtime");
+    (runtime.requester.producer, runtime.in_ring)
+}
+
+#[test]
+fn a_doorbell_takes_effect_when_it_arrives_and_not_before() {
+    let mut device = device_with_qp_in_rts(0x10);
+    device.advance_to(Picoseconds(1_000_000));
+    let (_, in_ring) = producer_and_ring(&device, 0x10);
+    assert!(!in_ring, "nothing to send yet");
+    device.transport.sq_doorbell(0x10, 1, None);
+    let arrives = Picoseconds(1_000_000 + device.config().timing.doorbell_ps);
+    device.advance_to(Picoseconds(arrives.0 - 1));
+    assert_eq!(producer_and_ring(&device, 0x10), (0, false), "in flight");
+    device.advance_to(arrives);
+    assert_eq!(device.transport.transport.doorbells.len(), 0);
+    assert_eq!(producer_and_ring(&device, 0x10).0, 1, "arrived");
+}
+
+#[test]
+fn a_doorbell_for_a_qp_that_left_rts_or_was_recreated_in_flight_is_dropped() {
+    // To ERR while the doorbell flies: the flush reads the QPC; the requester ignores it.
+    let mut device = device_with_qp_in_rts(0x10);
+    device.transport.sq_doorbell(0x10, 1, None);
+    device
+        .transport
+        .qp_modified(0x10, QpState::Rts, QpState::Err, &Qpc::zeroed());
+    device.advance_to(Picoseconds(10_000_000));
+    assert_eq!(producer_and_ring(&device, 0x10), (0, false));
+    // Reset and brought back to RTS: a new requester, which read its index from the QPC.
+    let mut device = device_with_qp_in_rts(0x10);
+    device.transport.sq_doorbell(0x10, 1, None);
+    device
+        .transport
+        .qp_modified(0x10, QpState::Rts, QpState::Reset, &Qpc::zeroed());
+    device
+        .transport
+        .qp_modified(0x10, QpState::Init, QpState::Rtr, &Qpc::zeroed());
+    device
+        .transport
+        .qp_modified(0x10, QpState::Rtr, QpState::Rts, &Qpc::zeroed());
+    device.advance_to(Picoseconds(10_000_000));
+    assert_eq!(producer_and_ring(&device, 0x10).0, 0);
+    // Destroyed: nothing to deliver to.
+    let mut device = device_with_qp_in_rts(0x10);
+    device.transport.sq_doorbell(0x10, 1, None);
+    device
+        .transport
+        .qp_modified(0x10, QpState::Rts, QpState::Reset, &Qpc::zeroed());
+    device.advance_to(Picoseconds(10_000_000));
+    assert!(device.transport.transport.qps.get(0x10).is_none());
+    assert!(device.transport.transport.doorbells.is_empty());
+}
