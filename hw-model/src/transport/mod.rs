@@ -353,8 +353,9 @@ pub(crate) struct Transport {
 }
 
 /// SQ doorbells in flight at most before a new one is merged into its QP's newest one in
-/// flight: memory stays bounded by the number of QPs however fast a driver rings. A
-/// driver writing doorbells 1 ns apart (`doorbell_ps` 150 ns) has 150 in flight.
+/// flight (which then brings the newer producer index, at its own arrival): memory stays
+/// bounded by the number of QPs however fast a driver rings. A driver writing doorbells
+/// 1 ns apart (`doorbell_ps` 150 ns) has 150 in flight.
 pub const DOORBELLS_IN_FLIGHT_LIMIT: usize = 4096;
 
 /// An SQ doorbell on its way: a posted write the device acts on when it arrives,
