@@ -39,17 +39,23 @@ fn post_write(c: &mut Connection, target: u64) -> RcSqWqe {
     RcSqWqe(bytes.try_into().unwrap())
 }
 
-#[test]
-fn a_direct_wqe_runs_as_written_to_the_window_and_the_ring_is_not_read() {
-    let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
-    let mut wqe = post_write(&mut c, 0x4000);
-    // The ring's copy is spoiled: fetched, it would fail with a local QP operation error.
+/// Posts a 3000-byte WRITE to node 2's `target` as WQE 0, spoils its copy in the ring
+/// (fetched, it would fail with a local QP operation error) and hands it over as a direct
+/// WQE.
+fn push_with_the_rings_copy_spoiled(c: &mut Connection, target: u64) {
+    let mut wqe = post_write(c, target);
     let address = c.qa.sq_wqe_address(0);
     let memory = c.pair.a().memory.clone();
     memory.write(address, &[0xFF; 64]).unwrap();
     wqe.set_direct_flag(true);
     wqe.set_direct_wqe_index(1);
-    push(&mut c, wqe, 1);
+    push(c, wqe, 1);
+}
+
+#[test]
+fn a_direct_wqe_runs_as_written_to_the_window_and_the_ring_is_not_read() {
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
+    push_with_the_rings_copy_spoiled(&mut c, 0x4000);
     c.run();
     single(&c.cqes_a(), CqeStatus::Success);
     assert_eq!(c.bytes_b(0x4000, 3000), Connection::initial(1, 0, 3000));
@@ -79,13 +85,7 @@ fn a_plain_doorbell_written_after_a_direct_wqe_does_not_overtake_it() {
     // direct-WQE doorbell, longer by its 64-byte WQE, still takes effect first, so the
     // ring is not read for its WQE (spoiled there) and the producer index never goes back.
     let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |_| {});
-    let mut wqe = post_write(&mut c, 0x4000);
-    let address = c.qa.sq_wqe_address(0);
-    let memory = c.pair.a().memory.clone();
-    memory.write(address, &[0xFF; 64]).unwrap();
-    wqe.set_direct_flag(true);
-    wqe.set_direct_wqe_index(1);
-    push(&mut c, wqe, 1);
+    push_with_the_rings_copy_spoiled(&mut c, 0x4000);
     post_write(&mut c, 0x8000);
     let h = &mut c.pair.fabric.device_mut(c.pair.a).h;
     h.ring_send(&c.qa);

@@ -152,10 +152,14 @@ fn serialisation_follows_the_timing_model() {
 /// Device with QP `qpn` in RTS (a zeroed QPC: producer and consumer index 0).
 fn device_with_qp_in_rts(qpn: u32) -> Device {
     let mut device = device();
-    let qpc = Qpc::zeroed();
-    device.transport.qp_modified(qpn, QpState::Init, QpState::Rtr, &qpc);
-    device.transport.qp_modified(qpn, QpState::Rtr, QpState::Rts, &qpc);
+    modify(&mut device, qpn, QpState::Init, QpState::Rtr);
+    modify(&mut device, qpn, QpState::Rtr, QpState::Rts);
     device
+}
+
+/// QP `qpn` changes state `from` → `to` (a zeroed QPC).
+fn modify(device: &mut Device, qpn: u32, from: QpState, to: QpState) {
+    device.transport.qp_modified(qpn, from, to, &Qpc::zeroed());
 }
 
 /// The requester's producer index of QP `qpn`, and whether the QP is on the port's ring.
@@ -184,31 +188,21 @@ fn a_doorbell_for_a_qp_that_left_rts_or_was_recreated_in_flight_is_dropped() {
     // To ERR while the doorbell flies: the flush reads the QPC; the requester ignores it.
     let mut device = device_with_qp_in_rts(0x10);
     device.transport.sq_doorbell(0x10, 1, None);
-    device
-        .transport
-        .qp_modified(0x10, QpState::Rts, QpState::Err, &Qpc::zeroed());
+    modify(&mut device, 0x10, QpState::Rts, QpState::Err);
     device.advance_to(Picoseconds(10_000_000));
     assert_eq!(producer_and_ring(&device, 0x10), (0, false));
     // Reset and brought back to RTS: a new requester, which read its index from the QPC.
     let mut device = device_with_qp_in_rts(0x10);
     device.transport.sq_doorbell(0x10, 1, None);
-    device
-        .transport
-        .qp_modified(0x10, QpState::Rts, QpState::Reset, &Qpc::zeroed());
-    device
-        .transport
-        .qp_modified(0x10, QpState::Init, QpState::Rtr, &Qpc::zeroed());
-    device
-        .transport
-        .qp_modified(0x10, QpState::Rtr, QpState::Rts, &Qpc::zeroed());
+    modify(&mut device, 0x10, QpState::Rts, QpState::Reset);
+    modify(&mut device, 0x10, QpState::Init, QpState::Rtr);
+    modify(&mut device, 0x10, QpState::Rtr, QpState::Rts);
     device.advance_to(Picoseconds(10_000_000));
     assert_eq!(producer_and_ring(&device, 0x10).0, 0);
     // Destroyed: nothing to deliver to.
     let mut device = device_with_qp_in_rts(0x10);
     device.transport.sq_doorbell(0x10, 1, None);
-    device
-        .transport
-        .qp_modified(0x10, QpState::Rts, QpState::Reset, &Qpc::zeroed());
+    modify(&mut device, 0x10, QpState::Rts, QpState::Reset);
     device.advance_to(Picoseconds(10_000_000));
     assert!(device.transport.transport.qps.get(0x10).is_none());
     assert!(device.transport.transport.doorbells.is_empty());
