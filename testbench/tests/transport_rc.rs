@@ -613,46 +613,22 @@ fn mailboxes_see_the_engines_progress_and_a_reset_qp_starts_over() {
     );
 }
 
-/// What node 1 did, by virtual time: its frames leaving, and reads of one SQ WQE.
-#[derive(Default)]
+/// What node 1 did, by virtual time: its frames leaving, and reads of its SQ WQE 1.
 struct PortAndWqeLog {
     departures: Vec<rnic_hw_model::Picoseconds>,
     wqe_reads: Vec<rnic_hw_model::Picoseconds>,
 }
 
-/// Fills a shared [`PortAndWqeLog`]; the WQE is the one at bus address `wqe`.
-struct PortAndWqeWatch {
-    log: std::sync::Arc<std::sync::Mutex<PortAndWqeLog>>,
-    wqe: u64,
-}
-
-impl rnic_hw_model::probe::Observer for PortAndWqeWatch {
-    fn observe(&mut self, at: rnic_hw_model::Picoseconds, transaction: &rnic_hw_model::probe::Transaction<'_>) {
-        use rnic_hw_model::probe::Transaction;
-        let mut log = self.log.lock().unwrap();
-        match transaction {
-            Transaction::FrameOut(_) => log.departures.push(at),
-            Transaction::DmaRead { address, data } if (*address..*address + data.len() as u64).contains(&self.wqe) => {
-                log.wqe_reads.push(at)
-            }
-            _ => {}
-        }
-    }
-}
-
 /// A 64 KiB WRITE from node 1 (16 frames at MTU 4096), and if `ring_at` is given a
 /// second, 8-byte WRITE whose doorbell the host writes then; what node 1 did.
 fn write_then_ring(ring_at: Option<rnic_hw_model::Picoseconds>) -> PortAndWqeLog {
-    use rnic_hw_model::probe::Port;
+    use rnic_hw_model::probe::{Port, Recorder};
     let mut c = connect(ServiceType::Rc, Mtu::Mtu4096, false, |_| {});
     let (ma, mb) = (c.ma, c.mb);
-    let log = std::sync::Arc::new(std::sync::Mutex::new(PortAndWqeLog::default()));
-    let wqe = c.qa.sq_wqe_address(1);
-    let a = c.pair.a;
-    for port in [Port::Network, Port::Bus] {
-        let watch = PortAndWqeWatch { log: log.clone(), wqe };
-        c.pair.h(a).device.attach_observer(port, Some(Box::new(watch)));
-    }
+    let (frames, bus) = (Recorder::new(), Recorder::new());
+    let device = &mut c.pair.h(c.pair.a).device;
+    device.attach_observer(Port::Network, Some(Box::new(frames.clone())));
+    device.attach_observer(Port::Bus, Some(Box::new(bus.clone())));
     c.send_a(&SendRequest::rdma(
         SqOpcode::RdmaWrite,
         vec![ma.sge(0, 65536)],
@@ -672,8 +648,17 @@ fn write_then_ring(ring_at: Option<rnic_hw_model::Picoseconds>) -> PortAndWqeLog
     c.run();
     let completed = c.cqes_a().len();
     assert_eq!(completed, 1 + usize::from(ring_at.is_some()), "{:?}", c.diagnostics());
-    let seen = std::mem::take(&mut *log.lock().unwrap());
-    seen
+    // A recorder keeps each transaction's `Debug` form with its time.
+    let times = |recorder: &Recorder, start: &str| {
+        let seen = recorder.seen().into_iter();
+        seen.filter(|(_, transaction)| transaction.starts_with(start))
+            .map(|(at, _)| at)
+            .collect()
+    };
+    PortAndWqeLog {
+        departures: times(&frames, "FrameOut("),
+        wqe_reads: times(&bus, &format!("DmaRead {{ address: {},", c.qa.sq_wqe_address(1))),
+    }
 }
 
 /// A doorbell is a posted write that reaches the NIC `doorbell_ps` after the host wrote

@@ -424,6 +424,19 @@ impl Transport {
                 .sum::<usize>()
     }
 
+    /// Puts QP `qpn` at the back of the port's round robin unless it is in it already;
+    /// false if the transport has no such QP.
+    fn join_ring(&mut self, qpn: u32) -> bool {
+        let Some(runtime) = self.qps.get_mut(qpn) else {
+            return false;
+        };
+        if !runtime.in_ring {
+            runtime.in_ring = true;
+            self.active.push_back(qpn);
+        }
+        true
+    }
+
     /// A fresh timer generation.
     pub fn next_generation(&mut self) -> u64 {
         self.generation += 1;
@@ -572,14 +585,9 @@ impl<I: Io> Engine<I> {
 
     /// Puts QP `qpn` on the port's ring and makes sure the port runs now.
     pub(crate) fn kick_qp(&mut self, qpn: u32) {
-        let Some(runtime) = self.transport.qps.get_mut(qpn) else {
-            return;
-        };
-        if !runtime.in_ring {
-            runtime.in_ring = true;
-            self.transport.active.push_back(qpn);
+        if self.transport.join_ring(qpn) {
+            self.schedule_tx(self.now());
         }
-        self.schedule_tx(self.now());
     }
 
     /// Makes sure a `TransportTx` event runs at `at` or earlier.
@@ -644,12 +652,7 @@ impl<I: Io> Engine<I> {
                 None => (self.requester_next_packet(qpn), false),
             };
             if self.qp_has_work(qpn) {
-                if let Some(runtime) = self.transport.qps.get_mut(qpn) {
-                    if !runtime.in_ring {
-                        runtime.in_ring = true;
-                        self.transport.active.push_back(qpn);
-                    }
-                }
+                self.transport.join_ring(qpn);
             }
             if let Some(frame) = frame {
                 self.launch_frame(qpn, frame, response);
@@ -1011,10 +1014,7 @@ impl<I: Io> Engine<I> {
                 DirectWqe::Carried(wqe) => runtime.requester.direct = Some(wqe),
                 DirectWqe::Discard => runtime.requester.direct = None,
             }
-            if !runtime.in_ring {
-                runtime.in_ring = true;
-                self.transport.active.push_back(doorbell.qpn);
-            }
+            self.transport.join_ring(doorbell.qpn);
         }
     }
 

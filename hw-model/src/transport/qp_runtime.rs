@@ -515,9 +515,9 @@ impl QpRuntime {
 /// The runtime of every QP in RTR, RTS or ERR, by QPN: a slot per QPN up to the highest
 /// one seen, looked up by index. A frame looks its QP up several times on each side
 /// (≈ 20 lookups per 8-byte WRITE), and with a hash map its hashes and probes were ≈ 6 %
-/// of the message's instructions. The slots grow only when a QP enters RTR, which the QP engine allows
-/// only for a QPN inside the QPC table (`DeviceCaps::num_qps`), so a QPN from the wire
-/// never allocates; one past the slots is simply absent.
+/// of the message's instructions. The slots grow only when a QP enters RTR, which the QP
+/// engine allows only for a QPN inside the QPC table (`DeviceCaps::num_qps`), so a QPN
+/// from the wire never allocates; one past the slots is simply absent.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct QpTable {
     slots: Vec<Option<Box<QpRuntime>>>,
