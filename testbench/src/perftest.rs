@@ -807,6 +807,8 @@ fn run_on(config: &PerftestConfig, context: Context, exchange: &mut Exchange) ->
     let mut session = Session::open(config, context, cycle, line, mtu)?;
     if exchange.over_cm_link() {
         // `create_rdma_cm_connection`: a sync of zeros, the test's connections, another.
+        // The server listens for the test's connections before the sync (CmLink::listen_for_data).
+        session.listen_over_cm(exchange)?;
         exchange.swap::<KEY_LEN_BINARY>(&[0; KEY_LEN_BINARY])?;
         session.connect_over_cm(exchange)?;
         exchange.swap::<KEY_LEN_BINARY>(&[0; KEY_LEN_BINARY])?;
@@ -1039,6 +1041,14 @@ impl Session {
                 self.pairs[index].theirs = Some(theirs);
                 Ok(())
             }
+        }
+    }
+
+    /// perftest `-R`, the server: the listener for the test's connections, opened early.
+    fn listen_over_cm(&self, exchange: &mut Exchange) -> Result<()> {
+        match &mut exchange.link {
+            Link::Cm(link) => link.listen_for_data(self.config.test.ud(), self.pairs.len()),
+            _ => Ok(()),
         }
     }
 

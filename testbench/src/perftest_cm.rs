@@ -29,11 +29,13 @@
 //!    processes destroy it.
 //!
 //! perftest's server may not listen yet when its client's REQ arrives (it opens the test's
-//! listener only after the sync); Linux then answers REJ 8 (SIDR_REP status 1 for UD) and
-//! perftest's client, which means to retry ten times 100 ms apart, frees its ids and uses
-//! them again (a crash). rnic-bench's client retries with a new id until
-//! [`CONNECT_TIMEOUT`], for the exchange too: a perftest server that is still starting
-//! answers the same way.
+//! listener only after the sync, and the client connects once it has the server's half of
+//! the sync, maybe before the server has read the client's); Linux then answers REJ 8
+//! (SIDR_REP status 1 for UD) and perftest's client, which means to retry ten times 100 ms
+//! apart, frees its ids and uses them again (a crash). rnic-bench's server therefore opens
+//! the test's listener before that sync ([`CmLink::listen_for_data`]), and its client
+//! retries with a new id until [`CONNECT_TIMEOUT`], for the exchange too: a perftest server
+//! that is still starting answers the same way.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -92,6 +94,9 @@ pub(crate) struct CmLink {
     channel: EventChannel,
     /// The server's listener for the test's connections (RC: the exchange's own).
     listener: Option<CmId>,
+    /// Whether `listener` is the one for the test's connections (set by
+    /// [`CmLink::listen_for_data`]).
+    data_listening: bool,
     /// The exchange's connection.
     id: CmId,
     /// The test's connections, in QP order.
@@ -180,6 +185,7 @@ impl CmLink {
             cm,
             channel,
             listener,
+            data_listening: false,
             id,
             data: Vec::new(),
             disconnected: Vec::new(),
@@ -266,6 +272,29 @@ impl CmLink {
         Ok(bytes)
     }
 
+    /// Server: opens the listener for the test's connections (UD: port space UDP; RC: the
+    /// exchange's listener serves), once. Called before the sync that precedes them:
+    /// perftest's client connects as soon as it has the server's half of that sync, which
+    /// can be before the server has read the client's half, and meeting nobody listening
+    /// it crashes in its retry (module doc). perftest's own server listens after the sync.
+    pub(crate) fn listen_for_data(&mut self, ud: bool, qps: usize) -> Result<()> {
+        if self.client || self.data_listening {
+            return Ok(());
+        }
+        self.data_listening = true;
+        if !ud && self.listener.is_some() {
+            return Ok(());
+        }
+        let space = if ud { PortSpace::Udp } else { PortSpace::Tcp };
+        let listener = self.channel.create_id(0, space).map_err(cm_error)?;
+        listener.bind_addr(self.address).map_err(cm_error)?;
+        listener.listen(qps as u32).map_err(cm_error)?;
+        if let Some(old) = self.listener.replace(listener) {
+            old.destroy().map_err(cm_error)?;
+        }
+        Ok(())
+    }
+
     /// The test's connections, one per QP in `qps` (all UD or all RC), with `resources`
     /// READ/atomic depth both ways. Returns, for UD, where each QP sends.
     pub(crate) fn connect_data(
@@ -306,14 +335,7 @@ impl CmLink {
                 peers.push(peer);
             }
         } else {
-            if ud || self.listener.is_none() {
-                let listener = self.channel.create_id(0, space).map_err(cm_error)?;
-                listener.bind_addr(self.address).map_err(cm_error)?;
-                listener.listen(qps.len() as u32).map_err(cm_error)?;
-                if let Some(old) = self.listener.replace(listener) {
-                    old.destroy().map_err(cm_error)?;
-                }
-            }
+            self.listen_for_data(ud, qps.len())?;
             for qp in qps {
                 let event = wait_for(&self.channel, EVENT_TIMEOUT, "a test CONNECT_REQUEST", |e| {
                     e.kind == CmEventKind::ConnectRequest
