@@ -636,6 +636,53 @@ fn ack_timeouts_in_a_row_back_off_to_four_times_the_timeout() {
     assert_eq!(c.pair.a().device.transport_counters().ack_timeouts, 4);
 }
 
+#[test]
+fn after_progress_the_next_message_is_timed_with_the_plain_timeout_again() {
+    // AT 4: 65.536 µs. The first WRITE loses two ACKs: its timer runs 1 and 2 times the
+    // timeout and is re-armed for 4 times when the third ACK arrives. That ACK is progress:
+    // the backoff ends, and the second WRITE, whose first ACK is lost too, must be resent
+    // one plain timeout after it went out. Before the fix the timer's one pending event
+    // stayed at the backed-off deadline and the resend came ≈ 250 µs late (seen against
+    // rxe: 8.6 s instead of 2.1 s at AT 19).
+    let mut c = connect(ServiceType::Rc, Mtu::Mtu1024, false, |spec| spec.ack_timeout = 4);
+    let (ma, mb) = (c.ma, c.mb);
+    let b = c.pair.b;
+    let mut acks = 0;
+    c.pair.tap(
+        b,
+        Box::new(move |_, repr| {
+            if !is_plain_ack(repr) {
+                return Fate::Pass;
+            }
+            acks += 1;
+            // ACKs 1 and 2 of the first WRITE, and the first of the second.
+            if matches!(acks, 1 | 2 | 4) {
+                Fate::Drop
+            } else {
+                Fate::Pass
+            }
+        }),
+    );
+    let write = |at: u64| SendRequest::rdma(SqOpcode::RdmaWrite, vec![ma.sge(at, 100)], mb.at(at), mb.key);
+    c.send_a(&write(0));
+    let step = rnic_hw_model::Picoseconds::from_micros(1);
+    let mut waited = 0;
+    while c.cqes_a().is_empty() {
+        assert!(waited < 400, "the first WRITE did not complete within 400 µs");
+        c.pair.run_for(step);
+        waited += 1;
+    }
+    assert_eq!(c.pair.a().device.transport_counters().ack_timeouts, 2);
+    c.send_a(&write(0x100));
+    // One timeout (65.5 µs) and a round trip; the stale deadline was ≈ 250 µs away.
+    c.pair.run_for(rnic_hw_model::Picoseconds::from_micros(100));
+    single(&c.cqes_a(), CqeStatus::Success);
+    assert_eq!(c.pair.a().device.transport_counters().ack_timeouts, 3);
+    for at in [0, 0x100] {
+        assert_eq!(c.bytes_a(at, 100), c.bytes_b(at, 100), "the WRITE at {at:#x}");
+    }
+}
+
 /// A plain ACK (an Acknowledge with an ACK syndrome, not a NAK or RNR NAK).
 fn is_plain_ack(repr: &rnic_hw_model::wire::RoceRepr) -> bool {
     repr.bth.opcode.0 == ACKNOWLEDGE && repr.aeth.is_some_and(|aeth| aeth.syndrome >> 5 == 0)

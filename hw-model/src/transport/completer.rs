@@ -488,14 +488,14 @@ impl<I: Io> Engine<I> {
             return;
         };
         let requester = &mut runtime.requester;
-        if requester.generation != generation {
+        if requester.generation != generation || requester.ack_event_at != Some(now) {
             return;
         }
-        requester.ack_event_pending = false;
+        requester.ack_event_at = None;
         match requester.ack_deadline {
             None => return,
             Some(deadline) if deadline > now => {
-                requester.ack_event_pending = true;
+                requester.ack_event_at = Some(deadline);
                 self.io.schedule_at(deadline, Timer::Ack { qpn, generation });
                 return;
             }

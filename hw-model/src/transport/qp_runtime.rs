@@ -206,11 +206,13 @@ pub(crate) struct Requester {
     pub transmitted_psn: u32,
     /// Waiting for the RNR timer: nothing is transmitted.
     pub rnr_wait: bool,
-    /// When the local ACK timer expires (None: not armed). One scheduler event at most
-    /// is pending per QP; it re-schedules itself when the deadline moved later.
+    /// When the local ACK timer expires (None: not armed). One scheduler event is live
+    /// per QP; it re-schedules itself when the deadline moved later, and a deadline moved
+    /// earlier (the backoff ended) schedules an earlier one, which supersedes it.
     pub ack_deadline: Option<Picoseconds>,
-    /// An `AckTimer` event is pending.
-    pub ack_event_pending: bool,
+    /// When the live `Timer::Ack` event is due (None: none pending); an event due at
+    /// another time is a superseded one and is ignored.
+    pub ack_event_at: Option<Picoseconds>,
     /// Generation of this requester's timer events (unique per requester incarnation).
     pub generation: u64,
     /// Generation of the armed RNR timer (0 = none armed).
@@ -251,7 +253,7 @@ impl Requester {
             transmitted_psn: qpc.sq_current_psn() & PSN_MASK,
             rnr_wait: false,
             ack_deadline: None,
-            ack_event_pending: false,
+            ack_event_at: None,
             generation,
             rnr_timer: 0,
             stalled: false,

@@ -392,8 +392,9 @@ impl<I: Io> Engine<I> {
         let requester = &mut runtime.requester;
         let deadline = now + requester.backed_off(timeout);
         requester.ack_deadline = Some(deadline);
-        if !requester.ack_event_pending {
-            requester.ack_event_pending = true;
+        // A pending event due later (armed with a longer backoff) would fire late.
+        if requester.ack_event_at.is_none_or(|at| at > deadline) {
+            requester.ack_event_at = Some(deadline);
             let generation = requester.generation;
             self.io.schedule_at(deadline, Timer::Ack { qpn, generation });
         }
