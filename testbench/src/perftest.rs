@@ -904,7 +904,7 @@ fn run_on(config: &PerftestConfig, context: Context, exchange: &mut Exchange) ->
                 report.mtu = mtu.bytes();
             }
             report.connection_manager = true;
-            report.cm_mads = link.close(config.test.ud());
+            report.cm_mads = link.close(config.test.ud())?;
         }
     }
     if report.bw_gbps == 0.0 && elapsed > 0.0 {

@@ -28,6 +28,14 @@
 //!    others (Linux then sends the DREQ or DREP); the exchange's connection ends when the
 //!    processes destroy it.
 //!
+//! A message of ours on the exchange counts as delivered when its SEND completes or when
+//! the peer sends its next one (the sides alternate strictly, so an answer means ours was
+//! read; [`Outbox`]). perftest itself waits for each SEND's completion before it reads.
+//! We do not: on a lossy link the peer may read our last message, answer and exit while
+//! the ACK of it is lost, and our resend to its destroyed QP then completes only when the
+//! retries run out, about a minute later with the ACK timeout's backoff (seen as rxe-interop
+//! `read_cm`/`write_cm` with rxe as server failing on the lossy link).
+//!
 //! perftest's server may not listen yet when its client's REQ arrives (it opens the test's
 //! listener only after the sync, and the client connects once it has the server's half of
 //! the sync, maybe before the server has read the client's); Linux then answers REJ 8
@@ -70,10 +78,17 @@ const RETRY_DELAY: Duration = Duration::from_millis(100);
 const REJ_INVALID_SERVICE_ID: i32 = 8;
 /// SIDR_REP status 1 (`IB_SIDR_UNSUPPORTED`): the same for UD (an UNREACHABLE event).
 const SIDR_UNSUPPORTED: i32 = 1;
-/// Where the one receive lands in the exchange's buffer; sends go from offset 0.
-const RECV_OFFSET: u64 = 64;
+/// Bytes of one message slot in the exchange's buffer (a message is at most 56 bytes).
+const SLOT: u64 = 64;
+/// SENDs the exchange's QP holds; each has a slot of its own, from offset 0, so a resend
+/// reads the bytes it first sent.
+const SEND_SLOTS: usize = 2;
+/// Where the one receive lands, after the send slots.
+const RECV_OFFSET: u64 = SEND_SLOTS as u64 * SLOT;
 const SEND_WR: u64 = 1;
 const RECV_WR: u64 = 2;
+/// Between two polls of the exchange's completion queues.
+const POLL_INTERVAL: Duration = Duration::from_micros(50);
 
 fn cm_error(what: impl std::fmt::Display) -> PerftestError {
     PerftestError::Message(format!("connection manager: {what}"))
@@ -86,6 +101,48 @@ pub(crate) struct UdPeer {
     pub ah: AddressHandle,
 }
 
+/// What we know of the delivery of our messages on the exchange. A message is delivered
+/// once its SEND completes (the peer's ACK) or once the peer sends its next message: the
+/// client writes then reads, the server reads then writes, so an answer means the peer
+/// has read ours. The second is what the last message has when the peer exits with the
+/// ACK of it lost.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Outbox {
+    /// SENDs posted whose completion has not been taken (at most [`SEND_SLOTS`]).
+    in_flight: usize,
+    /// SENDs posted so far: the next one's slot.
+    posted: u64,
+    /// The newest SEND has neither completed nor been answered.
+    unanswered: bool,
+}
+
+impl Outbox {
+    /// A SEND was posted.
+    fn post(&mut self) {
+        self.in_flight += 1;
+        self.posted += 1;
+        self.unanswered = true;
+    }
+
+    /// The oldest SEND in flight completed successfully (completions come in order).
+    fn complete(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if self.in_flight == 0 {
+            self.unanswered = false;
+        }
+    }
+
+    /// A message from the peer arrived: it has read everything we sent before it.
+    fn answer(&mut self) {
+        self.unanswered = false;
+    }
+
+    /// Where the next SEND's bytes go.
+    fn next_slot(&self) -> u64 {
+        self.posted % SEND_SLOTS as u64 * SLOT
+    }
+}
+
 /// The exchange's connection and the connection manager behind it.
 pub(crate) struct CmLink {
     // Declared first: dropped first, so the thread stops before the ids go.
@@ -94,9 +151,6 @@ pub(crate) struct CmLink {
     channel: EventChannel,
     /// The server's listener for the test's connections (RC: the exchange's own).
     listener: Option<CmId>,
-    /// Whether `listener` is the one for the test's connections (set by
-    /// [`CmLink::listen_for_data`]).
-    data_listening: bool,
     /// The exchange's connection.
     id: CmId,
     /// The test's connections, in QP order.
@@ -111,6 +165,7 @@ pub(crate) struct CmLink {
     recv_cq: CompletionQueue,
     mr: MemoryRegion,
     _pd: ProtectionDomain,
+    outbox: Outbox,
 }
 
 impl CmLink {
@@ -145,7 +200,7 @@ impl CmLink {
             recv_cq: &recv_cq,
             srq: None,
             cap: QpCapabilities {
-                max_send_wr: 2,
+                max_send_wr: SEND_SLOTS as u32,
                 max_recv_wr: 2,
                 max_send_sge: 1,
                 max_recv_sge: 1,
@@ -154,7 +209,7 @@ impl CmLink {
             qp_type: QpType::Rc,
             sq_sig_all: true,
         })?;
-        let mr = pd.register_provider_memory(2 * RECV_OFFSET as usize, AccessFlags::LOCAL_WRITE)?;
+        let mr = pd.register_provider_memory((RECV_OFFSET + SLOT) as usize, AccessFlags::LOCAL_WRITE)?;
         let param = ConnParam {
             responder_resources: 0,
             initiator_depth: 0,
@@ -185,7 +240,6 @@ impl CmLink {
             cm,
             channel,
             listener,
-            data_listening: false,
             id,
             data: Vec::new(),
             disconnected: Vec::new(),
@@ -196,6 +250,7 @@ impl CmLink {
             recv_cq,
             mr,
             _pd: pd,
+            outbox: Outbox::default(),
         };
         link.post_recv()?;
         if client {
@@ -217,26 +272,49 @@ impl CmLink {
             .map_err(|error| PerftestError::Message(format!("exchange post_recv: {error}")))
     }
 
-    fn poll_one(cq: &CompletionQueue, what: &str) -> Result<WorkCompletion> {
-        let mut completions = [WorkCompletion::default(); 1];
-        let deadline = Instant::now() + EVENT_TIMEOUT;
+    /// Takes the SEND completions there are; one that did not succeed ends the exchange.
+    fn take_send_completions(&mut self) -> Result<()> {
+        let mut completions = [WorkCompletion::default(); SEND_SLOTS];
         loop {
-            if cq.poll(&mut completions)? == 1 {
-                return Ok(completions[0]);
+            let count = self.send_cq.poll(&mut completions)?;
+            for wc in &completions[..count] {
+                if wc.status != WcStatus::Success || wc.wr_id != SEND_WR {
+                    return Err(PerftestError::Message(format!("exchange SEND: {:?}", wc.status)));
+                }
+                self.outbox.complete();
             }
-            if Instant::now() > deadline {
-                return Err(PerftestError::Timeout(format!(
-                    "exchange: no {what} completion in {EVENT_TIMEOUT:?}"
-                )));
+            if count < completions.len() {
+                return Ok(());
             }
-            std::thread::sleep(Duration::from_micros(50));
         }
     }
 
-    /// `rdma_write_data`: one signalled SEND of `bytes`.
-    pub(crate) fn send(&self, bytes: &[u8]) -> Result<()> {
-        self.mr.write(0, bytes)?;
-        let sge = Sge::new(self.mr.addr(), bytes.len() as u32, self.mr.lkey());
+    /// `rdma_write_data`: one signalled SEND of `bytes`. Its completion is taken later
+    /// ([`Outbox`]): perftest's peer answers it or acknowledges it, and may do the first
+    /// and exit before our resend of a lost ACK's message reaches it.
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<()> {
+        if bytes.len() as u64 > SLOT {
+            return Err(PerftestError::Message(format!(
+                "exchange message of {} bytes, at most {SLOT}",
+                bytes.len()
+            )));
+        }
+        // Both slots busy: the peer, which has answered the older SEND, acknowledges it
+        // too (an ACK covers every PSN before it).
+        let deadline = Instant::now() + EVENT_TIMEOUT;
+        self.take_send_completions()?;
+        while self.outbox.in_flight >= SEND_SLOTS {
+            if Instant::now() > deadline {
+                return Err(PerftestError::Timeout(format!(
+                    "exchange: no SEND completion in {EVENT_TIMEOUT:?}"
+                )));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+            self.take_send_completions()?;
+        }
+        let offset = self.outbox.next_slot();
+        self.mr.write(offset, bytes)?;
+        let sge = Sge::new(self.mr.addr() + offset, bytes.len() as u32, self.mr.lkey());
         self.qp
             .post_send(&[SendWorkRequest {
                 wr_id: SEND_WR,
@@ -246,17 +324,28 @@ impl CmLink {
                 ..SendWorkRequest::default()
             }])
             .map_err(|error| PerftestError::Message(format!("exchange post_send: {error}")))?;
-        let wc = Self::poll_one(&self.send_cq, "SEND")?;
-        if wc.status != WcStatus::Success || wc.wr_id != SEND_WR {
-            return Err(PerftestError::Message(format!("exchange SEND: {:?}", wc.status)));
-        }
+        self.outbox.post();
         Ok(())
     }
 
     /// `rdma_read_data`: the next message, which must be `n` bytes; the receive is posted
-    /// again.
-    pub(crate) fn recv(&self, n: usize) -> Result<Vec<u8>> {
-        let wc = Self::poll_one(&self.recv_cq, "receive")?;
+    /// again. A SEND of ours that failed meanwhile ends the exchange.
+    pub(crate) fn recv(&mut self, n: usize) -> Result<Vec<u8>> {
+        let mut completions = [WorkCompletion::default(); 1];
+        let deadline = Instant::now() + EVENT_TIMEOUT;
+        loop {
+            self.take_send_completions()?;
+            if self.recv_cq.poll(&mut completions)? == 1 {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(PerftestError::Timeout(format!(
+                    "exchange: no message from the peer in {EVENT_TIMEOUT:?}"
+                )));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+        let wc = completions[0];
         if wc.status != WcStatus::Success || wc.wr_id != RECV_WR {
             return Err(PerftestError::Message(format!("exchange receive: {:?}", wc.status)));
         }
@@ -266,6 +355,7 @@ impl CmLink {
                 wc.byte_len
             )));
         }
+        self.outbox.answer();
         let mut bytes = vec![0u8; n];
         self.mr.read(RECV_OFFSET, &mut bytes)?;
         self.post_recv()?;
@@ -273,16 +363,12 @@ impl CmLink {
     }
 
     /// Server: opens the listener for the test's connections (UD: port space UDP; RC: the
-    /// exchange's listener serves), once. Called before the sync that precedes them:
+    /// exchange's listener serves). Called once, before the sync that precedes them:
     /// perftest's client connects as soon as it has the server's half of that sync, which
     /// can be before the server has read the client's half, and meeting nobody listening
     /// it crashes in its retry (module doc). perftest's own server listens after the sync.
     pub(crate) fn listen_for_data(&mut self, ud: bool, qps: usize) -> Result<()> {
-        if self.client || self.data_listening {
-            return Ok(());
-        }
-        self.data_listening = true;
-        if !ud && self.listener.is_some() {
+        if self.client || (!ud && self.listener.is_some()) {
             return Ok(());
         }
         let space = if ud { PortSpace::Udp } else { PortSpace::Tcp };
@@ -296,7 +382,8 @@ impl CmLink {
     }
 
     /// The test's connections, one per QP in `qps` (all UD or all RC), with `resources`
-    /// READ/atomic depth both ways. Returns, for UD, where each QP sends.
+    /// READ/atomic depth both ways; a server accepts them on the listener
+    /// [`CmLink::listen_for_data`] opened. Returns, for UD, where each QP sends.
     pub(crate) fn connect_data(
         &mut self,
         pd: &ProtectionDomain,
@@ -335,7 +422,6 @@ impl CmLink {
                 peers.push(peer);
             }
         } else {
-            self.listen_for_data(ud, qps.len())?;
             for qp in qps {
                 let event = wait_for(&self.channel, EVENT_TIMEOUT, "a test CONNECT_REQUEST", |e| {
                     e.kind == CmEventKind::ConnectRequest
@@ -352,9 +438,17 @@ impl CmLink {
         Ok(peers)
     }
 
-    /// The end: disconnects the test's RC connections and the exchange, each answered or
-    /// timed out, then destroys every id. Returns the CM MADs this side sent.
-    pub(crate) fn close(mut self, ud: bool) -> u64 {
+    /// The end: waits until our last message is delivered, disconnects the test's RC
+    /// connections and the exchange, each answered or timed out, then destroys every id.
+    /// Returns the CM MADs this side sent.
+    ///
+    /// # Errors
+    /// Our last message was neither acknowledged nor answered, and the peer did not
+    /// disconnect (which it does only after reading it), within [`EVENT_TIMEOUT`]; or its
+    /// SEND failed. The ids are destroyed all the same.
+    pub(crate) fn close(mut self, ud: bool) -> Result<u64> {
+        // Before our disconnect, which moves the QP to ERR and would flush that SEND.
+        let delivered = self.await_last_delivery();
         let mut ids: Vec<CmId> = if ud { Vec::new() } else { self.data.clone() };
         ids.push(self.id.clone());
         for id in &ids {
@@ -372,25 +466,15 @@ impl CmLink {
                 );
                 break;
             };
-            match event.kind {
-                CmEventKind::Disconnected => {
-                    // A DREQ from the peer is answered by disconnecting (the DREP).
-                    if let Err(error) = event.id.disconnect() {
-                        tracing::debug!(%error, "answering a DREQ");
-                    }
-                    self.disconnected.push(event.id.handle());
-                }
+            if event.kind == CmEventKind::Established {
                 // A passive id whose RTU was lost disconnects in REP_SENT without a
                 // word (as Linux); a late RTU then establishes it, and this disconnect
                 // is the DREQ.
-                CmEventKind::Established => {
-                    if let Err(error) = event.id.disconnect() {
-                        tracing::debug!(%error, "disconnecting after a late RTU");
-                    }
+                if let Err(error) = event.id.disconnect() {
+                    tracing::debug!(%error, "disconnecting after a late RTU");
                 }
-                // The REP's retries ran out or the peer gave up: nothing left to wait for.
-                CmEventKind::Unreachable | CmEventKind::Rejected => self.disconnected.push(event.id.handle()),
-                _ => {}
+            } else {
+                self.note_peer_leaving(&event);
             }
         }
         for id in self.data.iter().chain(std::iter::once(&self.id)).chain(&self.listener) {
@@ -401,7 +485,51 @@ impl CmLink {
         self.cm.progress();
         let sent = self.cm.counters().sent;
         self.progress.take();
-        sent
+        delivered.map(|()| sent)
+    }
+
+    /// Waits until our last message is acknowledged or answered ([`Outbox`]), or until the
+    /// peer disconnects one of our connections: perftest does that only after the last
+    /// exchange, so it has read our message even if its ACK never reached us.
+    fn await_last_delivery(&mut self) -> Result<()> {
+        let deadline = Instant::now() + EVENT_TIMEOUT;
+        loop {
+            self.take_send_completions()?;
+            if !self.outbox.unanswered {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(PerftestError::Timeout(format!(
+                    "exchange: our last message was neither acknowledged nor answered in {EVENT_TIMEOUT:?}, \
+                     and the peer did not disconnect"
+                )));
+            }
+            if let Some(event) = self.channel.wait_event(Duration::from_millis(1)) {
+                let disconnected = event.kind == CmEventKind::Disconnected;
+                self.note_peer_leaving(&event);
+                if disconnected {
+                    tracing::debug!("perftest -R: the peer disconnected before the ACK of our last message came");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Takes a DISCONNECTED (answered by disconnecting: the DREP), UNREACHABLE or REJECTED
+    /// event as the end of its connection; returns whether it was one.
+    fn note_peer_leaving(&mut self, event: &CmEvent) -> bool {
+        match event.kind {
+            CmEventKind::Disconnected => {
+                if let Err(error) = event.id.disconnect() {
+                    tracing::debug!(%error, "answering a DREQ");
+                }
+            }
+            // The REP's retries ran out or the peer gave up: nothing left to wait for.
+            CmEventKind::Unreachable | CmEventKind::Rejected => {}
+            _ => return false,
+        }
+        self.disconnected.push(event.id.handle());
+        true
     }
 
     /// The path MTU of the test's first connection, as the connection manager set it.
@@ -527,4 +655,61 @@ fn move_qp(id: &CmId, qp: &QueuePair) -> Result<()> {
         qp.modify(&attributes, mask)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_is_undelivered_until_its_send_completes() {
+        let mut outbox = Outbox::default();
+        outbox.post();
+        assert!(outbox.unanswered);
+        outbox.complete();
+        assert_eq!(
+            outbox,
+            Outbox {
+                in_flight: 0,
+                posted: 1,
+                unanswered: false
+            }
+        );
+    }
+
+    #[test]
+    fn the_peers_answer_delivers_our_message_without_its_ack() {
+        // The client's last sync: the server read it, answered and exited; the ACK was lost.
+        let mut outbox = Outbox::default();
+        outbox.post();
+        outbox.answer();
+        assert!(!outbox.unanswered);
+        assert_eq!(outbox.in_flight, 1, "the SEND still holds its slot until it completes");
+    }
+
+    #[test]
+    fn a_completion_of_an_older_send_does_not_deliver_the_newest() {
+        let mut outbox = Outbox::default();
+        outbox.post();
+        outbox.answer();
+        outbox.post();
+        outbox.complete();
+        assert!(outbox.unanswered, "the newest SEND is neither completed nor answered");
+        outbox.complete();
+        assert!(!outbox.unanswered);
+    }
+
+    #[test]
+    fn consecutive_sends_take_alternate_slots_before_the_receive() {
+        let mut outbox = Outbox::default();
+        let mut slots = Vec::new();
+        for _ in 0..4 {
+            slots.push(outbox.next_slot());
+            outbox.post();
+            outbox.complete();
+        }
+        assert_eq!(slots, [0, SLOT, 0, SLOT]);
+        assert!(RECV_OFFSET >= SEND_SLOTS as u64 * SLOT);
+        assert!(KEY_LEN_BINARY as u64 <= SLOT, "the largest message fits a slot");
+    }
 }
