@@ -34,6 +34,8 @@
 #   RXE_GUEST_MAC guest eth0 MAC          default 52:54:00:77:00:02 (for --peer-mac)
 #   RXE_RUN_DIR   console log, captures   default a new mktemp directory
 #   RXE_TIMEOUT   guest watchdog seconds  default 1800
+#   RXE_NETEM     netem options of a lossy link (rxe_netem_on without options), default
+#                 "loss 2% delay 2ms reorder 25% 50%"; more loss makes rare races show
 #   RXE_NETEM_EGRESS  netem options for the guest's own RoCE frames only (rxe_netem_on)
 
 RXE_LINK_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -213,15 +215,15 @@ rxe_guest_poweroff() {
 }
 
 # rxe_netem_on [NETEM OPTIONS]: makes the link lossy for RoCEv2 (UDP port 4791) in both
-# directions, default "loss 2% delay 2ms reorder 25% 50%" (reordering in netem needs a
-# delay: the chosen packets skip it). Done in the guest, for two reasons: the host kernel
+# directions, default $RXE_NETEM or "loss 2% delay 2ms reorder 25% 50%" (reordering in
+# netem needs a delay: the chosen packets skip it). Done in the guest, for two reasons: the host kernel
 # here has no sch_netem, and rnic-emu reads the tap with a packet socket, which sees frames
 # before any tc ingress on the tap, so a host ifb could not drop guest-to-NIC frames.
 # Guest egress: prio qdisc, RoCE to a band with netem. Guest ingress: RoCE redirected to
 # ifb0, netem there. The agent's and perftest's TCP stay lossless. RXE_NETEM_EGRESS, when
 # set, replaces the options on the guest's egress only (the frames rxe sends).
 rxe_netem_on() {
-    local opts=${*:-loss 2% delay 2ms reorder 25% 50%}
+    local opts=${*:-${RXE_NETEM:-loss 2% delay 2ms reorder 25% 50%}}
     local egress=${RXE_NETEM_EGRESS:-$opts} what
     what=$opts
     [ "$egress" = "$opts" ] || what="$opts, frames from the guest $egress"
