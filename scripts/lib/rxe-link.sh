@@ -53,8 +53,9 @@ rxe_link_setup() {
     : "${RXE_NIC_IP:=10.77.0.3}" "${RXE_PREFIX:=24}" "${RXE_MTU:=9000}" "${RXE_PORT:=7700}"
     : "${RXE_TIMEOUT:=1800}" "${RXE_GUEST_MAC:=52:54:00:77:00:02}"
     . "$RXE_LINK_LIB_DIR/apt-mirror.sh"
-    # ping for the link checks, tcpdump for the captures, python3 for the agent.
-    apt_install iproute2 iputils-ping tcpdump python3 || return 1
+    # ping for the link checks, tcpdump for the captures and tshark (capinfos, editcap) for
+    # their checks, python3 for the agent.
+    apt_install iproute2 iputils-ping tcpdump tshark python3 || return 1
     [ -n "${RXE_RUN_DIR:-}" ] || RXE_RUN_DIR=$(mktemp -d /tmp/rnic-rxe.XXXXXX)
     mkdir -p "$RXE_RUN_DIR"
     export RXE_NS RXE_TAP RXE_HOST_IP RXE_GUEST_IP RXE_NIC_IP RXE_PREFIX RXE_MTU RXE_PORT \
@@ -216,9 +217,10 @@ rxe_guest_poweroff() {
 
 # rxe_netem_on [NETEM OPTIONS]: makes the link lossy for RoCEv2 (UDP port 4791) in both
 # directions, default $RXE_NETEM or "loss 2% delay 2ms reorder 25% 50%" (reordering in
-# netem needs a delay: the chosen packets skip it). Done in the guest, for two reasons: the host kernel
-# here has no sch_netem, and rnic-emu reads the tap with a packet socket, which sees frames
-# before any tc ingress on the tap, so a host ifb could not drop guest-to-NIC frames.
+# netem needs a delay: the chosen packets skip it). Done in the guest, for two reasons: the
+# host kernel here has no sch_netem, and rnic-emu reads the tap with a packet socket, which
+# sees frames before any tc ingress on the tap, so a host ifb could not drop guest-to-NIC
+# frames.
 # Guest egress: prio qdisc, RoCE to a band with netem. Guest ingress: RoCE redirected to
 # ifb0, netem there. The agent's and perftest's TCP stay lossless. RXE_NETEM_EGRESS, when
 # set, replaces the options on the guest's egress only (the frames rxe sends).

@@ -516,8 +516,8 @@ impl CmLink {
     }
 
     /// Takes a DISCONNECTED (answered by disconnecting: the DREP), UNREACHABLE or REJECTED
-    /// event as the end of its connection; returns whether it was one.
-    fn note_peer_leaving(&mut self, event: &CmEvent) -> bool {
+    /// event as the end of its connection; other events are not.
+    fn note_peer_leaving(&mut self, event: &CmEvent) {
         match event.kind {
             CmEventKind::Disconnected => {
                 if let Err(error) = event.id.disconnect() {
@@ -526,10 +526,9 @@ impl CmLink {
             }
             // The REP's retries ran out or the peer gave up: nothing left to wait for.
             CmEventKind::Unreachable | CmEventKind::Rejected => {}
-            _ => return false,
+            _ => return,
         }
         self.disconnected.push(event.id.handle());
-        true
     }
 
     /// The path MTU of the test's first connection, as the connection manager set it.
