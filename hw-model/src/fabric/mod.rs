@@ -232,7 +232,7 @@ pub struct FabricStatistics {
     /// Frames handed to devices: each copy to each receiver counts once (a broadcast to
     /// three devices counts three).
     pub delivered: u64,
-    /// Frames lost by the loss fault.
+    /// Frames lost by the loss fault or a [`DropRule`].
     pub dropped: u64,
     /// Frames delivered twice by the duplicate fault.
     pub duplicated: u64,
@@ -270,6 +270,12 @@ struct Held {
     deadline: Picoseconds,
 }
 
+/// A chosen loss beside the random [`FaultPlan`]: called with the sender and the bytes
+/// (Ethernet, no FCS; the ICRC may be unfilled) of every deliverable frame, after the
+/// frame's fault draws (so a rule leaves the plan's other fates unchanged); `true` drops the
+/// frame. For tests that must lose one particular frame, e.g. the ACK of a message.
+pub type DropRule = Box<dyn FnMut(DeviceId, &[u8]) -> bool + Send>;
+
 /// The switch and the devices on it. See the [module documentation](self).
 ///
 /// Generic over the [`Port`] so the same loop runs devices and test doubles; the default,
@@ -295,6 +301,7 @@ pub struct Fabric<P: Port = Device> {
     capture_on: bool,
     capture: Vec<CapturedFrame>,
     statistics: FabricStatistics,
+    drop_rule: Option<DropRule>,
 }
 
 impl<P: Port> std::fmt::Debug for Fabric<P> {
@@ -332,6 +339,7 @@ impl<P: Port> Fabric<P> {
             capture_on: false,
             capture: Vec::new(),
             statistics: FabricStatistics::default(),
+            drop_rule: None,
         }
     }
 
@@ -346,6 +354,11 @@ impl<P: Port> Fabric<P> {
     pub fn set_faults(&mut self, faults: FaultPlan) {
         self.config.faults = faults;
         self.rng = FaultRng::new(faults.seed);
+    }
+
+    /// Loses the frames `rule` picks from now on, besides the fault plan's; `None` stops.
+    pub fn set_drop_rule(&mut self, rule: Option<DropRule>) {
+        self.drop_rule = rule;
     }
 
     /// Connects `device` to the fabric. A device behind the fabric's clock is moved to it;
@@ -579,7 +592,8 @@ impl<P: Port> Fabric<P> {
             self.ports[from].recycle_frame(frame);
             return;
         }
-        if fate.lost {
+        let chosen = self.drop_rule.as_mut().is_some_and(|rule| rule(DeviceId(from), &frame));
+        if fate.lost || chosen {
             self.statistics.dropped += 1;
             self.ports[from].recycle_frame(frame);
             return;

@@ -371,6 +371,31 @@ fn loss_at_one_drops_every_frame() {
 }
 
 #[test]
+fn a_drop_rule_loses_the_frames_it_picks_and_leaves_the_plans_draws_alone() {
+    let run = |rule: Option<DropRule>| {
+        let mut fabric = faulty(plan("loss=0.2,dup=0.1,seed=11"), 2);
+        fabric.set_drop_rule(rule);
+        stream(&mut fabric, 500, Picoseconds(50 * NS), 64);
+        settle(&mut fabric);
+        assert_buffers_returned(&fabric);
+        (fabric.statistics(), fabric.device(DeviceId(1)).received_sequences())
+    };
+    let picked = |sequence: u32| sequence % 7 == 3;
+    let (plain, plain_received) = run(None);
+    let (ruled, ruled_received) = run(Some(Box::new(move |from, frame| {
+        assert_eq!(from, DeviceId(0));
+        picked(sequence_of(frame))
+    })));
+    // Exactly the picked frames are gone; every other frame met the fate it met before.
+    let expected: Vec<u32> = plain_received.iter().copied().filter(|&s| !picked(s)).collect();
+    assert_eq!(ruled_received, expected);
+    let picked_through_the_plan = (0..500).filter(|&s| picked(s) && plain_received.contains(&s)).count() as u64;
+    assert!(picked_through_the_plan > 0);
+    assert_eq!(ruled.sent, plain.sent);
+    assert_eq!(ruled.dropped, plain.dropped + picked_through_the_plan);
+}
+
+#[test]
 fn duplicate_at_one_delivers_every_frame_twice_back_to_back() {
     let mut fabric = faulty(plan("dup=1"), 2);
     stream(&mut fabric, 100, Picoseconds(50 * NS), 64);
