@@ -478,3 +478,214 @@ fn a_server_verifying_whole_writes_counts_the_bytes_it_checked() {
     assert_eq!(report.bytes_verified, 500);
     assert_eq!(report.verdict(), Ok(()));
 }
+
+/// Where rnic-bench stands in [`write_lat_with_a_peer_that_leaves`].
+#[derive(Clone, Copy, PartialEq)]
+enum Ours {
+    Server,
+    Client,
+}
+
+/// `ib_write_lat -s 2 -n ITERS` between rnic-bench and a fake perftest on its own NIC
+/// whose WRITEs are real and which leaves as perftest does: its QP destroyed as soon as its
+/// own loop is done, no closing handshake. The wire loses every ACK of rnic-bench's last
+/// WRITE (its PSN), so rnic-bench's resends stay unanswered and that WRITE completes with
+/// RETRY_EXC_ERR although it arrived. Returns rnic-bench's report.
+fn write_lat_with_a_peer_that_leaves(ours: Ours, iters: u64) -> BenchReport {
+    use rnic_hw_model::wire::{bth, ethernet, ipv6, udp};
+    use rnic_verbs::{
+        AccessFlags, AhAttributes, Context, DeviceAccess, Gid, Mtu, QpCapabilities, QpInitAttributes, QpType,
+        RcConnection, RdmaFields, SendFlags, SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
+    };
+    const SIZE: u64 = 2;
+    // The fake's buffer: it WRITEs from offset 0; rnic-bench WRITEs to `INBOX`.
+    const INBOX: u64 = 4096;
+    let fabric = EmbeddedFabric::new(FabricConfig::default());
+    let nic = fabric.add_nic([2, 0, 0, 0, 0, 0xa]);
+    let peer_nic = fabric.add_nic(FAKE_CLIENT_MAC);
+    let peer = peer_nic.device_id();
+    let context = Context::open(Box::new(peer_nic.clone())).unwrap();
+    let pd = context.alloc_pd().unwrap();
+    let mr = pd
+        .register_user_memory(vec![0u8; 8192], AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+        .unwrap();
+    let cq = context.create_cq(16, None, 0).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttributes {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCapabilities {
+                max_send_wr: 4,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: QpType::Rc,
+            sq_sig_all: true,
+        })
+        .unwrap();
+    let mine = KeyMessage {
+        lid: 0,
+        out_reads: 1,
+        qpn: qp.qp_num(),
+        psn: FAKE_CLIENT_PSN,
+        rkey: mr.rkey(),
+        vaddr: mr.addr() + INBOX,
+        gid: Some(KeyMessage::decode(&perftest_keys(0)).unwrap().gid.unwrap()),
+        srqn: 0,
+    }
+    .encode();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+
+    // perftest's side: the exchange (versions, page size, cache line, MTU, then Sync,
+    // Round, connect, Round, Sync), the ping-pong, and away.
+    let fake = |mut stream: TcpStream| {
+        let mut swap = |mine: &[u8], theirs: usize| {
+            stream.write_all(mine).unwrap();
+            let mut buffer = vec![0u8; theirs];
+            stream.read_exact(&mut buffer).unwrap();
+            buffer
+        };
+        swap(b"6.06\0\0\0\0\0\0\0\0\0\0\0\0", 16);
+        swap(&4096u32.to_be_bytes(), 4);
+        swap(&64u32.to_be_bytes(), 4);
+        swap(b"3\0", 2); // IBV_MTU_1024
+        swap(&mine, KEY_LEN_GID);
+        let theirs = KeyMessage::decode(&swap(&mine, KEY_LEN_GID)).unwrap();
+        let dgid = Gid(theirs.gid.unwrap());
+        qp.connect_rc(&RcConnection {
+            path_mtu: Mtu::from_bytes(1024).unwrap(),
+            dest_qp_num: theirs.qpn,
+            rq_psn: theirs.psn,
+            sq_psn: FAKE_CLIENT_PSN,
+            ah_attr: AhAttributes {
+                dgid,
+                dmac: dgid.link_local_mac().unwrap(),
+                hop_limit: 64,
+                ..AhAttributes::default()
+            },
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        })
+        .unwrap();
+        swap(&mine, KEY_LEN_GID);
+        swap(&mine, KEY_LEN_GID);
+        // Every ACK of rnic-bench's last WRITE, first and resent, is lost on the wire.
+        let last_psn = (theirs.psn + iters as u32 - 1) & 0xff_ffff;
+        fabric.with_fabric(|wire| {
+            wire.set_drop_rule(Some(Box::new(move |from, frame| {
+                let Ok(ethernet) = ethernet::Packet::new_checked(frame) else {
+                    return false;
+                };
+                let Ok(ip) = ipv6::Packet::new_checked(ethernet.payload()) else {
+                    return false;
+                };
+                let Ok(udp) = udp::Packet::new_checked(ip.payload()) else {
+                    return false;
+                };
+                let Ok(bth) = bth::Packet::new_checked(udp.payload()) else {
+                    return false;
+                };
+                from == peer && bth.opcode().is_ack() && bth.psn() == last_psn
+            })));
+        });
+        let arrived = |n: u64| {
+            let mut last = [0u8; 1];
+            loop {
+                mr.read(INBOX + SIZE - 1, &mut last).unwrap();
+                if last[0] == n as u8 {
+                    return;
+                }
+                peer_nic.delay(1_000);
+            }
+        };
+        for n in 1..=iters {
+            // perftest's server WRITEs first; each side then waits for the other's.
+            if ours == Ours::Server {
+                arrived(n);
+            }
+            mr.write(SIZE - 1, &[n as u8]).unwrap();
+            let sge = Sge::new(mr.addr(), SIZE as u32, mr.lkey());
+            qp.post_send(&[SendWorkRequest {
+                wr_id: n,
+                opcode: WrOpcode::RdmaWrite,
+                sg_list: std::slice::from_ref(&sge),
+                send_flags: SendFlags::SIGNALED,
+                rdma: RdmaFields {
+                    remote_addr: theirs.vaddr,
+                    rkey: theirs.rkey,
+                },
+                ..SendWorkRequest::default()
+            }])
+            .unwrap();
+            let mut completion = [WorkCompletion::default()];
+            while cq.poll(&mut completion).unwrap() == 0 {
+                peer_nic.delay(1_000);
+            }
+            assert_eq!(completion[0].status, WcStatus::Success, "the fake's WRITE {n}");
+            if ours == Ours::Client {
+                arrived(n);
+            }
+        }
+        // Done: perftest destroys its QP and exits, closing the socket.
+        drop(qp);
+        drop(stream);
+    };
+
+    let config = config(Test::WriteLat, SIZE as usize, iters, 1, true);
+    std::thread::scope(|scope| match ours {
+        Ours::Server => {
+            scope.spawn(move || fake(TcpStream::connect(("127.0.0.1", port)).unwrap()));
+            let (stream, _) = listener.accept().unwrap();
+            let mut exchange = Exchange::new(stream, false).unwrap();
+            perftest::run_with_device(&config, Box::new(nic), None, &mut exchange).unwrap()
+        }
+        Ours::Client => {
+            scope.spawn(move || fake(listener.accept().unwrap().0));
+            let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let mut exchange = Exchange::new(stream, true).unwrap();
+            perftest::run_with_device(&config, Box::new(nic), None, &mut exchange).unwrap()
+        }
+    })
+}
+
+#[test]
+fn a_server_whose_last_write_lost_its_ack_counts_it_ok_when_the_client_answered_it() {
+    let report = write_lat_with_a_peer_that_leaves(Ours::Server, 20);
+    assert_eq!(report.failures, Vec::<String>::new());
+    assert_eq!(
+        (report.messages_ok, report.messages_failed, report.messages_unconfirmed),
+        (20, 0, 0)
+    );
+    assert_eq!(report.verdict(), Ok(()));
+    assert_eq!(report.notes.len(), 1, "{:?}", report.notes);
+    assert!(
+        report.notes[0].starts_with("write 20: RetryExcErr, but the client had answered it"),
+        "{:?}",
+        report.notes
+    );
+}
+
+#[test]
+fn a_client_whose_last_write_lost_its_ack_leaves_it_to_the_peer_to_confirm() {
+    let report = write_lat_with_a_peer_that_leaves(Ours::Client, 20);
+    assert_eq!(
+        (report.messages_ok, report.messages_failed, report.messages_unconfirmed),
+        (19, 0, 1)
+    );
+    assert!(report.awaits_peer_confirmation());
+    assert!(report.verdict().is_err());
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    assert!(
+        report.failures[0].starts_with("write 20: RetryExcErr, the peer gone"),
+        "{:?}",
+        report.failures
+    );
+}

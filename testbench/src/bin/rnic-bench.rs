@@ -16,7 +16,9 @@ use rnic_testbench::{perftest, pingpong, remote};
 /// reports messages, bytes verified, retransmissions and frames. The last line of output
 /// with --json is one JSON object. Without an operation: a short sweep of message sizes
 /// 2 B..8 MiB for write, read and send in virtual and wall mode, one table per operation
-/// and mode.
+/// and mode. Exit status: 0 when every message moved and none failed; 3 when nothing failed
+/// but some messages only the peer can confirm (--peer perftest --lat as client: the last
+/// WRITE's ACK lost after ib_write_lat had left); 1 otherwise.
 #[derive(Debug, Parser)]
 #[command(name = "rnic-bench", version)]
 struct Arguments {
@@ -424,7 +426,8 @@ fn role(arguments: &Arguments) -> remote::Role {
 
 /// Prints a run's outcome (its text, which lists the failures; with `table` the
 /// perftest-shaped table and `--breakdown`; `--json`) and turns it into the exit code:
-/// success only when every message asked for moved and was ok ([`BenchReport::verdict`]).
+/// success only when every message asked for moved and was ok ([`BenchReport::verdict`]),
+/// [`UNCONFIRMED`] when only the peer can settle the rest.
 fn finish(arguments: &Arguments, outcome: Result<BenchReport, impl std::fmt::Display>, table: bool) -> ExitCode {
     let report = match outcome {
         Ok(report) => report,
@@ -447,10 +450,18 @@ fn finish(arguments: &Arguments, outcome: Result<BenchReport, impl std::fmt::Dis
         Ok(()) => ExitCode::SUCCESS,
         Err(why) => {
             eprintln!("rnic-bench: {why}");
-            ExitCode::FAILURE
+            if report.awaits_peer_confirmation() {
+                ExitCode::from(UNCONFIRMED)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
+
+/// Exit status of a run where nothing failed but some messages await the peer's
+/// confirmation ([`BenchReport::awaits_peer_confirmation`]).
+const UNCONFIRMED: u8 = 3;
 
 /// The timing-only flags given on the command line, for the error across processes.
 fn timing_only_flags(arguments: &Arguments) -> Option<String> {
