@@ -12,7 +12,7 @@ use std::net::{TcpListener, TcpStream};
 
 use rnic_testbench::bench::{BenchConfig, BenchReport, Operation};
 use rnic_testbench::perftest::{self, Exchange, KeyMessage, PerftestConfig, PerftestError, Test, KEY_LEN_GID};
-use rnic_verbs::backend::{EmbeddedFabric, FabricConfig};
+use rnic_verbs::backend::{EmbeddedDevice, EmbeddedFabric, FabricConfig};
 
 fn config(test: Test, size: usize, iterations: u64, queue_pairs: usize, verify: bool) -> PerftestConfig {
     let operation = match test {
@@ -359,14 +359,87 @@ fn the_command_line_refuses_what_perftest_has_no_program_for() {
     }
 }
 
+/// The fake perftest's RC QP: one SGE, every WR signalled, `max_send_wr` deep.
+fn fake_rc_qp(
+    pd: &rnic_verbs::ProtectionDomain,
+    cq: &rnic_verbs::CompletionQueue,
+    max_send_wr: u32,
+) -> rnic_verbs::QueuePair {
+    use rnic_verbs::{QpCapabilities, QpInitAttributes, QpType};
+    pd.create_qp(&QpInitAttributes {
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: QpCapabilities {
+            max_send_wr,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        qp_type: QpType::Rc,
+        sq_sig_all: true,
+    })
+    .unwrap()
+}
+
+/// Takes the fake's QP to RTS towards `peer`, with perftest's attributes (MTU 1024, the
+/// PSN [`perftest_keys`] announces, timeout 14, 7 retries).
+fn connect_fake(qp: &rnic_verbs::QueuePair, peer: &KeyMessage) {
+    use rnic_verbs::{AhAttributes, Gid, Mtu, RcConnection};
+    let dgid = Gid(peer.gid.unwrap());
+    qp.connect_rc(&RcConnection {
+        path_mtu: Mtu::from_bytes(1024).unwrap(),
+        dest_qp_num: peer.qpn,
+        rq_psn: peer.psn,
+        sq_psn: FAKE_CLIENT_PSN,
+        ah_attr: AhAttributes {
+            dgid,
+            dmac: dgid.link_local_mac().unwrap(),
+            hop_limit: 64,
+            ..AhAttributes::default()
+        },
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        max_rd_atomic: 1,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+    })
+    .unwrap();
+}
+
+/// The fake posts one signalled RDMA WRITE of `sge` to `remote_addr` under `rkey` and
+/// lets virtual time pass on `nic` until it completes; returns the completion's status.
+fn write_and_wait(
+    qp: &rnic_verbs::QueuePair,
+    cq: &rnic_verbs::CompletionQueue,
+    nic: &EmbeddedDevice,
+    sge: rnic_verbs::Sge,
+    remote_addr: u64,
+    rkey: u32,
+) -> rnic_verbs::WcStatus {
+    use rnic_verbs::{DeviceAccess, RdmaFields, SendFlags, SendWorkRequest, WorkCompletion, WrOpcode};
+    qp.post_send(&[SendWorkRequest {
+        opcode: WrOpcode::RdmaWrite,
+        sg_list: std::slice::from_ref(&sge),
+        send_flags: SendFlags::SIGNALED,
+        rdma: RdmaFields { remote_addr, rkey },
+        ..SendWorkRequest::default()
+    }])
+    .unwrap();
+    let mut completion = [WorkCompletion::default()];
+    while cq.poll(&mut completion).unwrap() == 0 {
+        nic.delay(1_000);
+    }
+    completion[0].status
+}
+
 /// Serves an `ib_write_bw` of `iters` `size`-byte messages with `--verify` to a fake
 /// perftest client whose RDMA WRITEs are real but carry `written` bytes each (perftest
 /// writes `size`); returns the server's report.
 fn serve_writes(size: usize, iters: u64, written: u32) -> BenchReport {
-    use rnic_verbs::{
-        AccessFlags, AhAttributes, Context, DeviceAccess, Gid, Mtu, QpCapabilities, QpInitAttributes, QpType,
-        RcConnection, RdmaFields, SendFlags, SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
-    };
+    use rnic_verbs::{AccessFlags, Context, Sge, WcStatus};
     let fabric = EmbeddedFabric::new(FabricConfig::default());
     let nic = fabric.add_nic([2, 0, 0, 0, 0, 0xa]);
     let writer_nic = fabric.add_nic(FAKE_CLIENT_MAC);
@@ -378,22 +451,7 @@ fn serve_writes(size: usize, iters: u64, written: u32) -> BenchReport {
         .collect();
     let mr = pd.register_user_memory(data, AccessFlags::LOCAL_WRITE).unwrap();
     let cq = context.create_cq(256, None, 0).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttributes {
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap: QpCapabilities {
-                max_send_wr: 64,
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: QpType::Rc,
-            sq_sig_all: true,
-        })
-        .unwrap();
+    let qp = fake_rc_qp(&pd, &cq, 64);
     let keys = vec![perftest_keys(qp.qp_num())];
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -401,46 +459,12 @@ fn serve_writes(size: usize, iters: u64, written: u32) -> BenchReport {
         let writer = scope.spawn(|| {
             fake_write_bw_client_with(port, size as u64, iters, keys, |theirs| {
                 let server = theirs[0];
-                let dgid = Gid(server.gid.unwrap());
-                qp.connect_rc(&RcConnection {
-                    path_mtu: Mtu::from_bytes(1024).unwrap(),
-                    dest_qp_num: server.qpn,
-                    rq_psn: server.psn,
-                    sq_psn: FAKE_CLIENT_PSN,
-                    ah_attr: AhAttributes {
-                        dgid,
-                        dmac: dgid.link_local_mac().unwrap(),
-                        hop_limit: 64,
-                        ..AhAttributes::default()
-                    },
-                    max_dest_rd_atomic: 1,
-                    min_rnr_timer: 12,
-                    max_rd_atomic: 1,
-                    timeout: 14,
-                    retry_cnt: 7,
-                    rnr_retry: 7,
-                })
-                .unwrap();
+                connect_fake(&qp, &server);
                 for k in 0..iters {
                     let offset = perftest::remote_offset(k, size as u64, 4096, 64);
                     let sge = Sge::new(mr.addr() + offset, written, mr.lkey());
-                    qp.post_send(&[SendWorkRequest {
-                        wr_id: k,
-                        opcode: WrOpcode::RdmaWrite,
-                        sg_list: std::slice::from_ref(&sge),
-                        send_flags: SendFlags::SIGNALED,
-                        rdma: RdmaFields {
-                            remote_addr: server.vaddr + offset,
-                            rkey: server.rkey,
-                        },
-                        ..SendWorkRequest::default()
-                    }])
-                    .unwrap();
-                    let mut completion = [WorkCompletion::default()];
-                    while cq.poll(&mut completion).unwrap() == 0 {
-                        writer_nic.delay(1_000);
-                    }
-                    assert_eq!(completion[0].status, WcStatus::Success);
+                    let status = write_and_wait(&qp, &cq, &writer_nic, sge, server.vaddr + offset, server.rkey);
+                    assert_eq!(status, WcStatus::Success);
                 }
             })
         });
@@ -493,10 +517,7 @@ enum Ours {
 /// RETRY_EXC_ERR although it arrived. Returns rnic-bench's report.
 fn write_lat_with_a_peer_that_leaves(ours: Ours, iters: u64) -> BenchReport {
     use rnic_hw_model::wire::{bth, ethernet, ipv6, udp};
-    use rnic_verbs::{
-        AccessFlags, AhAttributes, Context, DeviceAccess, Gid, Mtu, QpCapabilities, QpInitAttributes, QpType,
-        RcConnection, RdmaFields, SendFlags, SendWorkRequest, Sge, WcStatus, WorkCompletion, WrOpcode,
-    };
+    use rnic_verbs::{AccessFlags, Context, DeviceAccess, Sge, WcStatus};
     const SIZE: u64 = 2;
     // The fake's buffer: it WRITEs from offset 0; rnic-bench WRITEs to `INBOX`.
     const INBOX: u64 = 4096;
@@ -510,22 +531,7 @@ fn write_lat_with_a_peer_that_leaves(ours: Ours, iters: u64) -> BenchReport {
         .register_user_memory(vec![0u8; 8192], AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
         .unwrap();
     let cq = context.create_cq(16, None, 0).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttributes {
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap: QpCapabilities {
-                max_send_wr: 4,
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: QpType::Rc,
-            sq_sig_all: true,
-        })
-        .unwrap();
+    let qp = fake_rc_qp(&pd, &cq, 4);
     let mine = KeyMessage {
         lid: 0,
         out_reads: 1,
@@ -555,26 +561,7 @@ fn write_lat_with_a_peer_that_leaves(ours: Ours, iters: u64) -> BenchReport {
         swap(b"3\0", 2); // IBV_MTU_1024
         swap(&mine, KEY_LEN_GID);
         let theirs = KeyMessage::decode(&swap(&mine, KEY_LEN_GID)).unwrap();
-        let dgid = Gid(theirs.gid.unwrap());
-        qp.connect_rc(&RcConnection {
-            path_mtu: Mtu::from_bytes(1024).unwrap(),
-            dest_qp_num: theirs.qpn,
-            rq_psn: theirs.psn,
-            sq_psn: FAKE_CLIENT_PSN,
-            ah_attr: AhAttributes {
-                dgid,
-                dmac: dgid.link_local_mac().unwrap(),
-                hop_limit: 64,
-                ..AhAttributes::default()
-            },
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            max_rd_atomic: 1,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-        })
-        .unwrap();
+        connect_fake(&qp, &theirs);
         swap(&mine, KEY_LEN_GID);
         swap(&mine, KEY_LEN_GID);
         // Every ACK of rnic-bench's last WRITE, first and resent, is lost on the wire.
@@ -613,23 +600,8 @@ fn write_lat_with_a_peer_that_leaves(ours: Ours, iters: u64) -> BenchReport {
             }
             mr.write(SIZE - 1, &[n as u8]).unwrap();
             let sge = Sge::new(mr.addr(), SIZE as u32, mr.lkey());
-            qp.post_send(&[SendWorkRequest {
-                wr_id: n,
-                opcode: WrOpcode::RdmaWrite,
-                sg_list: std::slice::from_ref(&sge),
-                send_flags: SendFlags::SIGNALED,
-                rdma: RdmaFields {
-                    remote_addr: theirs.vaddr,
-                    rkey: theirs.rkey,
-                },
-                ..SendWorkRequest::default()
-            }])
-            .unwrap();
-            let mut completion = [WorkCompletion::default()];
-            while cq.poll(&mut completion).unwrap() == 0 {
-                peer_nic.delay(1_000);
-            }
-            assert_eq!(completion[0].status, WcStatus::Success, "the fake's WRITE {n}");
+            let status = write_and_wait(&qp, &cq, &peer_nic, sge, theirs.vaddr, theirs.rkey);
+            assert_eq!(status, WcStatus::Success, "the fake's WRITE {n}");
             if ours == Ours::Client {
                 arrived(n);
             }
