@@ -1376,7 +1376,7 @@ impl Session {
         let mut completions = [WorkCompletion::default(); 4];
         let (mut sent, mut received) = (0u64, 0u64);
         // Our last WRITE completed with RETRY_EXC_ERR: its fate is settled after the loop.
-        let mut last_unacknowledged = None;
+        let mut last_unacknowledged = false;
         while sent < iters || received < iters {
             if received < iters && (client || sent > 0) {
                 received += 1;
@@ -1425,7 +1425,7 @@ impl Session {
                     if got > 0 {
                         match completions[0].status {
                             WcStatus::Success => report.messages_ok += 1,
-                            WcStatus::RetryExcErr if sent == iters => last_unacknowledged = Some(sent),
+                            WcStatus::RetryExcErr if sent == iters => last_unacknowledged = true,
                             status => remote::fail(report, format!("write {sent}: {status:?}")),
                         }
                         break;
@@ -1437,17 +1437,17 @@ impl Session {
                 }
             }
         }
-        if let Some(write) = last_unacknowledged {
+        if last_unacknowledged {
             if client {
                 report.messages_unconfirmed += 1;
                 report.failures.push(format!(
-                    "write {write}: RetryExcErr, the peer gone (ib_write_lat has no closing handshake): \
+                    "write {iters}: RetryExcErr, the peer gone (ib_write_lat has no closing handshake): \
                      only its report can tell whether the WRITE arrived"
                 ));
             } else {
                 // The loop above has read the client's last WRITE, its answer to ours.
                 report.notes.push(format!(
-                    "write {write}: RetryExcErr, but the client had answered it before leaving \
+                    "write {iters}: RetryExcErr, but the client had answered it before leaving \
                      (its ACK was lost): counted ok"
                 ));
                 report.messages_ok += 1;
